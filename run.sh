@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The course's commands. Each one creates the virtual environment .venv on first use and
+# installs the pinned requirements into it, so it works on a fresh machine with Python 3.11.
+#
+#   bash run.sh lab          set up, then open the course in JupyterLab
+#   bash run.sh test         set up, then run every test: lint, unit tests, every notebook under
+#                            strict nbval, the classroom checks and the browser test
+#   bash run.sh notebooks    re-execute every notebook in place in a fresh kernel (after a change)
+#
+# Extra arguments are passed on (to jupyter lab, to pytest, to the notebook runner).
+set -euo pipefail
+cd "$(dirname "$0")"
+
+VENV="${VENV:-.venv}"
+PYTHON="$VENV/bin/python"
+
+setup() {  # $1: the requirements file to install
+    if [ ! -x "$PYTHON" ]; then
+        python3 -m venv "$VENV"
+    fi
+    "$PYTHON" -m pip install --quiet --disable-pip-version-check -r "$1"
+    "$PYTHON" -m pip install --quiet --disable-pip-version-check --no-deps -e .
+}
+
+# One thread per process: two PyTorch processes on two cores must not oversubscribe them,
+# and the thread count changes the last digits of float results.
+export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
+
+command="${1:-}"
+[ $# -gt 0 ] && shift
+case "$command" in
+    lab)
+        setup requirements.txt
+        exec "$VENV/bin/jupyter" lab notebooks/00_start_here.ipynb "$@"
+        ;;
+    test)
+        setup requirements-test.txt
+        "$VENV/bin/ruff" check .
+        # pytest's own exit codes pass through: 5 (no test collected) is a failure here.
+        exec "$PYTHON" -m pytest -n 2 --dist loadfile --nbval --nbval-current-env \
+            --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 300 "$@"
+        ;;
+    notebooks)
+        setup requirements-test.txt
+        exec "$PYTHON" tools/execute_notebooks.py "$@"
+        ;;
+    *)
+        echo "usage: bash run.sh {lab|test|notebooks} [args...]" >&2
+        exit 2
+        ;;
+esac

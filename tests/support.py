@@ -1,0 +1,24 @@
+"""Helpers for tests that need something outside Python (a browser, a tool).
+
+On a learner's machine a missing tool skips the test with a clear reason; under CI (the `CI`
+environment variable set) the same thing is a failure, so a missing install step cannot hide.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+def under_ci() -> bool:
+    return os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
+
+
+def require(condition: bool, reason: str) -> None:
+    """Skip (locally) or fail (under CI) unless `condition` holds."""
+    if condition:
+        return
+    if under_ci():
+        pytest.fail(f"{reason} (CI is set, so this is a failure rather than a skip)")
+    pytest.skip(reason)

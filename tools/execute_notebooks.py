@@ -1,0 +1,53 @@
+"""Re-execute the course's notebooks in place, each top to bottom in a fresh kernel.
+
+    python tools/execute_notebooks.py                       # every notebook in notebooks/
+    python tools/execute_notebooks.py notebooks/01_*.ipynb  # some of them
+
+Each kernel runs with one thread (OMP_NUM_THREADS=1) in the notebooks/ folder, so the stored
+outputs are the ones nbval will see in CI. Prints each notebook's time and stops at the first error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import sys
+import time
+
+import nbformat
+from nbclient import NotebookClient
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def execute(path: pathlib.Path, timeout: int = 600) -> float:
+    notebook = nbformat.read(path, as_version=4)
+    os.environ["OMP_NUM_THREADS"] = "1"
+    os.environ["MKL_NUM_THREADS"] = "1"
+    start = time.perf_counter()
+    client = NotebookClient(
+        notebook,
+        timeout=timeout,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(path.parent)}},
+    )
+    client.execute()
+    elapsed = time.perf_counter() - start
+    nbformat.write(notebook, path)
+    return elapsed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("notebooks", nargs="*", type=pathlib.Path, help="notebooks to run (default: all)")
+    args = parser.parse_args(argv)
+    paths = args.notebooks or sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    for path in paths:
+        print(f"{path.name}: running...", flush=True)
+        print(f"{path.name}: {execute(path.resolve()):.1f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

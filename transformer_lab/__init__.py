@@ -1,0 +1,69 @@
+"""transformer_lab: the Transformer of "Attention Is All You Need", built one idea at a time.
+
+The names below are in the order the course teaches them; each module's docstring says which
+chapter builds it.
+"""
+
+from transformer_lab.attention import scaled_dot_product_attention  # chapter 01
+from transformer_lab.masking import (  # chapter 02
+    causal_mask,
+    from_additive_mask,
+    invert_mask,
+    padding_mask,
+    target_mask,
+    to_additive_mask,
+)
+from transformer_lab.multihead import MultiHeadAttention, record_attention  # chapter 03
+from transformer_lab.normalization import (  # chapter 04
+    BatchNorm,
+    LayerNorm,
+    batch_norm_statistics,
+    layer_norm_statistics,
+)
+from transformer_lab.feedforward import FeedForward  # chapter 05
+from transformer_lab.residual import Residual, sublayer_connection  # chapter 05
+from transformer_lab.encoder import Encoder, EncoderLayer  # chapter 06
+from transformer_lab.decoder import Decoder, DecoderCache, DecoderLayer, LayerCache  # chapter 07
+from transformer_lab.embedding import PositionalEncoding, TokenEmbedding, sinusoidal_encoding  # chapter 08
+from transformer_lab.model import (  # chapter 09
+    Transformer,
+    TransformerConfig,
+    count_parameters,
+    load_checkpoint,
+    save_checkpoint,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "scaled_dot_product_attention",
+    "causal_mask",
+    "padding_mask",
+    "target_mask",
+    "invert_mask",
+    "to_additive_mask",
+    "from_additive_mask",
+    "MultiHeadAttention",
+    "record_attention",
+    "LayerNorm",
+    "BatchNorm",
+    "layer_norm_statistics",
+    "batch_norm_statistics",
+    "FeedForward",
+    "sublayer_connection",
+    "Residual",
+    "EncoderLayer",
+    "Encoder",
+    "DecoderLayer",
+    "Decoder",
+    "LayerCache",
+    "DecoderCache",
+    "TokenEmbedding",
+    "PositionalEncoding",
+    "sinusoidal_encoding",
+    "TransformerConfig",
+    "Transformer",
+    "count_parameters",
+    "save_checkpoint",
+    "load_checkpoint",
+]

@@ -1,0 +1,243 @@
+"""The full encoder-decoder Transformer (chapter 09).
+
+    src tokens -> TokenEmbedding + PositionalEncoding -> Encoder -> memory
+    tgt tokens -> TokenEmbedding + PositionalEncoding -> Decoder(memory) -> Linear -> logits
+
+Shape legend: B batch, S source length, T target length, D d_model, V vocabulary size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from transformer_lab._checks import check_positive_int, check_probability, check_tokens
+from transformer_lab.decoder import Decoder, DecoderCache
+from transformer_lab.embedding import PositionalEncoding, TokenEmbedding
+from transformer_lab.encoder import Encoder
+from transformer_lab.feedforward import FeedForward
+from transformer_lab.masking import causal_mask
+from transformer_lab.multihead import MultiHeadAttention
+from transformer_lab.normalization import LayerNorm
+
+__all__ = ["TransformerConfig", "Transformer", "count_parameters", "save_checkpoint", "load_checkpoint"]
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    """Every size of a `Transformer`, frozen and checked when created (chapter 09).
+
+    `TransformerConfig.base(...)` and `.big(...)` give the paper's two settings (Table 3):
+    Post-Norm as in the paper's figure, embeddings and output projection tied (section 3.4).
+    """
+
+    src_vocab_size: int
+    tgt_vocab_size: int
+    d_model: int = 512
+    n_heads: int = 8
+    d_ff: int = 2048
+    n_layers: int = 6
+    dropout: float = 0.1
+    max_len: int = 512
+    norm_first: bool = True
+    tie_embeddings: bool = False
+    activation: str = "relu"
+
+    def __post_init__(self) -> None:
+        for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "n_layers", "max_len"):
+            check_positive_int(name, getattr(self, name))
+        check_probability("dropout", self.dropout)
+        if self.d_model % self.n_heads != 0:
+            raise ValueError(
+                f"d_model must be divisible by n_heads: got d_model={self.d_model}, n_heads={self.n_heads}"
+            )
+        for name in ("norm_first", "tie_embeddings"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
+        if self.activation not in ("relu", "gelu"):
+            raise ValueError(f"activation must be 'relu' or 'gelu', got {self.activation!r}")
+        if self.tie_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            raise ValueError(
+                "tie_embeddings=True needs one shared vocabulary: src_vocab_size "
+                f"({self.src_vocab_size}) must equal tgt_vocab_size ({self.tgt_vocab_size}); "
+                "pass tie_embeddings=False for separate vocabularies"
+            )
+
+    @classmethod
+    def base(cls, src_vocab_size: int, tgt_vocab_size: int, **overrides: Any) -> TransformerConfig:
+        """The paper's base model: N=6, d_model=512, d_ff=2048, h=8, dropout 0.1, Post-Norm, tied."""
+        settings: dict[str, Any] = dict(
+            d_model=512, n_heads=8, d_ff=2048, n_layers=6, dropout=0.1, norm_first=False, tie_embeddings=True
+        )
+        settings.update(overrides)
+        return cls(src_vocab_size, tgt_vocab_size, **settings)
+
+    @classmethod
+    def big(cls, src_vocab_size: int, tgt_vocab_size: int, **overrides: Any) -> TransformerConfig:
+        """The paper's big model: N=6, d_model=1024, d_ff=4096, h=16, dropout 0.3, Post-Norm, tied."""
+        settings: dict[str, Any] = dict(
+            d_model=1024, n_heads=16, d_ff=4096, n_layers=6, dropout=0.3, norm_first=False, tie_embeddings=True
+        )
+        settings.update(overrides)
+        return cls(src_vocab_size, tgt_vocab_size, **settings)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain dict (for a checkpoint that `torch.load(weights_only=True)` can read)."""
+        return dataclasses.asdict(self)
+
+
+class Transformer(nn.Module):
+    """The encoder-decoder Transformer of "Attention Is All You Need" (chapter 09).
+
+    Args:
+        config: a `TransformerConfig`.
+
+    Shape:
+        src (B, S) and tgt (B, T) token ids; src_mask broadcastable to (B, 1, 1, S) (True = real
+        token, e.g. `tl.padding_mask(src, pad_id)`); tgt_mask broadcastable to (B, 1, T, T).
+        `forward` returns logits (B, T, tgt_vocab_size).
+    """
+
+    def __init__(self, config: TransformerConfig) -> None:
+        super().__init__()
+        if not isinstance(config, TransformerConfig):
+            raise TypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
+        self.config = config
+        c = config
+        self.src_embed = TokenEmbedding(c.src_vocab_size, c.d_model)
+        self.tgt_embed = TokenEmbedding(c.tgt_vocab_size, c.d_model)
+        self.positional = PositionalEncoding(c.d_model, c.max_len, c.dropout)
+        self.encoder = Encoder(
+            c.d_model, c.n_heads, c.d_ff, c.n_layers, c.dropout, c.norm_first, activation=c.activation
+        )
+        self.decoder = Decoder(
+            c.d_model, c.n_heads, c.d_ff, c.n_layers, c.dropout, c.norm_first, activation=c.activation
+        )
+        self.generator = nn.Linear(c.d_model, c.tgt_vocab_size, bias=False)  # pre-softmax projection
+        if c.tie_embeddings:
+            # One (V, D) matrix for both embeddings and the output projection (paper, section 3.4).
+            self.tgt_embed.embedding.weight = self.src_embed.embedding.weight
+            self.generator.weight = self.src_embed.embedding.weight
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Xavier-uniform Linear weights, zero biases, N(0, 1/d_model) embeddings.
+
+        With the sqrt(d_model) scale of `TokenEmbedding`, embedded tokens start with unit variance,
+        the same scale as the positional encoding.
+        """
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.xavier_uniform_(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+        for embed in (self.src_embed, self.tgt_embed):
+            nn.init.normal_(embed.embedding.weight, mean=0.0, std=self.config.d_model**-0.5)
+
+    def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
+        """Source token ids (B, S) -> memory (B, S, D)."""
+        check_tokens("src", src, self.config.src_vocab_size)
+        x = self.positional(self.src_embed(src))  # (B, S, D)
+        return self.encoder(x, src_mask)
+
+    def decode(
+        self,
+        tgt: Tensor,
+        memory: Tensor,
+        src_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+        cache: DecoderCache | None = None,
+    ) -> Tensor:
+        """Target token ids (B, T) and memory (B, S, D) -> logits (B, T, V).
+
+        `tgt_mask=None` means the causal mask. With a `cache` (see `new_cache`), `tgt` holds only
+        the new tokens, placed after the `cache.length` tokens already decoded.
+        """
+        check_tokens("tgt", tgt, self.config.tgt_vocab_size)
+        if memory.shape[0] != tgt.shape[0]:
+            raise ValueError(
+                "tgt and memory must have the same batch size: "
+                f"tgt has B={tgt.shape[0]}, memory has B={memory.shape[0]}"
+            )
+        start = cache.length if cache is not None else 0
+        length = tgt.shape[1]
+        if tgt_mask is None:
+            tgt_mask = causal_mask(start + length, device=tgt.device)[start:]  # (T, start + T)
+        x = self.positional(self.tgt_embed(tgt), start=start)  # (B, T, D)
+        x = self.decoder(x, memory, tgt_mask, src_mask, cache)  # (B, T, D)
+        return self.generator(x)  # (B, T, V)
+
+    def forward(
+        self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None, tgt_mask: Tensor | None = None
+    ) -> Tensor:
+        """Teacher-forced logits: src (B, S), tgt (B, T) -> (B, T, V)."""
+        if isinstance(src, Tensor) and isinstance(tgt, Tensor) and src.dim() >= 1 and tgt.dim() >= 1:
+            if src.shape[0] != tgt.shape[0]:
+                raise ValueError(
+                    f"src and tgt must have the same batch size: src has B={src.shape[0]}, tgt has B={tgt.shape[0]}"
+                )
+        memory = self.encode(src, src_mask)
+        return self.decode(tgt, memory, src_mask, tgt_mask)
+
+    def new_cache(self) -> DecoderCache:
+        """An empty KV cache for incremental decoding with `decode(..., cache=...)`."""
+        return DecoderCache.empty(self.config.n_layers)
+
+
+def count_parameters(model: nn.Module) -> dict[str, int]:
+    """Number of parameters by component (chapter 09), each shared tensor counted once.
+
+    Returns a dict with keys "embeddings", "attention", "feed_forward", "norms", "output" (the
+    pre-softmax Linear, 0 when tied to the embeddings), "other" and "total".
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    counts = dict.fromkeys(("embeddings", "attention", "feed_forward", "norms", "output", "other"), 0)
+    seen: set[int] = set()
+    kinds = (
+        (TokenEmbedding, "embeddings"),
+        (nn.Embedding, "embeddings"),
+        (MultiHeadAttention, "attention"),
+        (FeedForward, "feed_forward"),
+        (LayerNorm, "norms"),
+        (nn.LayerNorm, "norms"),
+    )
+    generator = getattr(model, "generator", None)
+    for module in model.modules():
+        kind = next((name for cls, name in kinds if isinstance(module, cls)), None)
+        if module is generator:
+            kind = "output"
+        if kind is None:
+            continue
+        for p in module.parameters():
+            if id(p) not in seen:
+                seen.add(id(p))
+                counts[kind] += p.numel()
+    for p in model.parameters():
+        if id(p) not in seen:
+            seen.add(id(p))
+            counts["other"] += p.numel()
+    counts["total"] = sum(counts.values())
+    return counts
+
+
+def save_checkpoint(model: Transformer, path: str | os.PathLike[str], **extra: Any) -> None:
+    """Save the config (as a plain dict) and the state dict, readable with `weights_only=True`."""
+    if not isinstance(model, Transformer):
+        raise TypeError(f"model must be a Transformer, got {type(model).__name__}")
+    torch.save({"config": model.config.to_dict(), "state_dict": model.state_dict(), **extra}, path)
+
+
+def load_checkpoint(path: str | os.PathLike[str], map_location: str | torch.device = "cpu") -> Transformer:
+    """Rebuild a `Transformer` saved by `save_checkpoint` (loaded with `weights_only=True`)."""
+    checkpoint = torch.load(path, map_location=map_location, weights_only=True)
+    if not isinstance(checkpoint, dict) or "config" not in checkpoint or "state_dict" not in checkpoint:
+        raise ValueError(f"{path} is not a transformer_lab checkpoint (expected keys 'config' and 'state_dict')")
+    model = Transformer(TransformerConfig(**checkpoint["config"]))
+    model.load_state_dict(checkpoint["state_dict"])
+    return model

@@ -1,0 +1,157 @@
+"""Multi-head attention (多头注意力, chapter 03).
+
+MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,
+head_i = Attention(Q W_i^Q, K W_i^K, V W_i^V)                 (paper, section 3.2.2)
+
+The h projections of size d_k = d_model / h are computed by one (d_model x d_model) Linear
+each for Q, K and V, then split into heads with view + transpose.
+
+Shape legend: B batch, T queries, S keys, H heads, D d_model, d_k = D / H.
+"""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from transformer_lab._checks import (
+    check_float,
+    check_last_dim,
+    check_mask,
+    check_positive_int,
+    check_probability,
+    check_tensor,
+)
+from transformer_lab.attention import scaled_dot_product_attention
+
+__all__ = ["MultiHeadAttention", "record_attention"]
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head attention with the paper's W^Q, W^K, W^V and W^O (chapter 03).
+
+    Two paths compute the same thing (tested equal, outputs and gradients):
+    - `record_weights=True` (the default, for learning): the explicit
+      `scaled_dot_product_attention`, and the detached (B, H, T, S) weights of the last call
+      are kept in `.attention_weights` for plotting;
+    - `record_weights=False` (for training fast): PyTorch's fused
+      `F.scaled_dot_product_attention`, which never forms the weights;
+      `.attention_weights` is None. `record_attention(model, False)` switches a whole model.
+
+    Args:
+        d_model: size of the model's vectors (D); must be divisible by n_heads.
+        n_heads: number of heads (H, the paper's h).
+        dropout: dropout probability on the attention weights.
+        bias: whether the four projections have a bias.
+        record_weights: keep the last attention weights (explicit path) or not (fast path).
+
+    Shape:
+        query (B, T, D), key and value (B, S, D), mask broadcastable to (B, H, T, S) with
+        True = may attend. Output (B, T, D).
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        dropout: float = 0.0,
+        bias: bool = True,
+        record_weights: bool = True,
+    ) -> None:
+        super().__init__()
+        check_positive_int("d_model", d_model)
+        check_positive_int("n_heads", n_heads)
+        check_probability("dropout", dropout)
+        if d_model % n_heads != 0:
+            raise ValueError(
+                f"d_model must be divisible by n_heads so that each head gets d_k = d_model / n_heads "
+                f"features: got d_model={d_model}, n_heads={n_heads}"
+            )
+        self.d_model = d_model
+        self.n_heads = n_heads
+        self.d_k = d_model // n_heads
+        # Four separate Linear layers (note 002 warns: `[nn.Linear(...)] * 4` would be ONE layer
+        # repeated four times, sharing its weights).
+        self.w_q = nn.Linear(d_model, d_model, bias=bias)
+        self.w_k = nn.Linear(d_model, d_model, bias=bias)
+        self.w_v = nn.Linear(d_model, d_model, bias=bias)
+        self.w_o = nn.Linear(d_model, d_model, bias=bias)
+        self.dropout = nn.Dropout(dropout)
+        self.record_weights = record_weights
+        self.attention_weights: Tensor | None = None
+
+    def split_heads(self, x: Tensor) -> Tensor:
+        """(B, L, D) -> (B, H, L, d_k): give each head its own slice of the features."""
+        batch, length, _ = x.shape
+        return x.view(batch, length, self.n_heads, self.d_k).transpose(1, 2)  # (B, H, L, d_k)
+
+    def merge_heads(self, x: Tensor) -> Tensor:
+        """(B, H, L, d_k) -> (B, L, D): concatenate the heads again.
+
+        `transpose` makes the tensor non-contiguous, so `view` needs `contiguous()` first
+        (one of note 002's common mistakes).
+        """
+        batch, _, length, _ = x.shape
+        return x.transpose(1, 2).contiguous().view(batch, length, self.d_model)  # (B, L, D)
+
+    def project_kv(self, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+        """Project keys and values and split them into heads: two (B, H, S, d_k) tensors.
+
+        Separate from `attend` so that a decoder can cache them (see `DecoderCache`).
+        """
+        return self.split_heads(self.w_k(key)), self.split_heads(self.w_v(value))
+
+    def attend(self, query: Tensor, k: Tensor, v: Tensor, mask: Tensor | None = None) -> Tensor:
+        """Project the queries and attend to already projected keys and values.
+
+        Shape:
+            query (B, T, D); k, v (B, H, S, d_k); mask broadcastable to (B, H, T, S). Returns (B, T, D).
+        """
+        q = self.split_heads(self.w_q(query))  # (B, H, T, d_k)
+        if mask is not None:
+            check_mask("mask", mask, (q.shape[0], self.n_heads, q.shape[2], k.shape[2]))
+        if self.record_weights:
+            heads, weights = scaled_dot_product_attention(q, k, v, mask, self.dropout)  # (B, H, T, d_k)
+            self.attention_weights = weights.detach()  # (B, H, T, S)
+        else:
+            dropout_p = self.dropout.p if self.training else 0.0
+            heads = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
+            self.attention_weights = None
+        return self.w_o(self.merge_heads(heads))  # (B, T, D)
+
+    def forward(self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None) -> Tensor:
+        """Attend from `query` to `key`/`value`; self-attention is `forward(x, x, x)`."""
+        for name, tensor in (("query", query), ("key", key), ("value", value)):
+            check_tensor(name, tensor, dim=3)
+            check_float(name, tensor)
+            check_last_dim(name, tensor, self.d_model)
+        if key.shape[0] != query.shape[0] or value.shape[0] != query.shape[0]:
+            raise ValueError(
+                f"query, key and value must have the same batch size B, got {query.shape[0]}, "
+                f"{key.shape[0]} and {value.shape[0]}"
+            )
+        if value.shape[1] != key.shape[1]:
+            raise ValueError(
+                f"key and value must have the same length S, got shapes {tuple(key.shape)} and {tuple(value.shape)}"
+            )
+        k, v = self.project_kv(key, value)  # (B, H, S, d_k) each
+        return self.attend(query, k, v, mask)
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, n_heads={self.n_heads}, d_k={self.d_k}, record_weights={self.record_weights}"
+
+
+def record_attention(model: nn.Module, on: bool = True) -> nn.Module:
+    """Switch `record_weights` for every `MultiHeadAttention` inside `model` (chapters 03, 09).
+
+    On: the explicit path, weights kept for plotting. Off: the fused fast path. Returns `model`.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    if not isinstance(on, bool):
+        raise TypeError(f"on must be True or False, got {on!r}")
+    for module in model.modules():
+        if isinstance(module, MultiHeadAttention):
+            module.record_weights = on
+            module.attention_weights = None
+    return model

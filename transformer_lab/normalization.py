@@ -1,0 +1,163 @@
+"""Normalization: LayerNorm (层归一化) and BatchNorm (批归一化) for sequences (chapter 04).
+
+LayerNorm normalizes each token's vector over its D features:
+    y = (x - mean) / sqrt(var + eps) * gamma + beta,     mean, var over the last axis
+BatchNorm normalizes each feature over every token of the batch (axes B and T).
+
+Both use the *biased* variance (divide by D, or by the number of tokens), as
+`torch.nn.LayerNorm` and `torch.nn.BatchNorm1d` do; notes 000 and 003 use `x.std(-1)`, which is
+unbiased (divides by D - 1), and divide by `std + eps`: chapter 04 measures the difference.
+
+Shape legend: B batch, T sequence length, D features (d_model).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from transformer_lab._checks import check_float, check_last_dim, check_positive_int, check_tensor
+
+__all__ = ["LayerNorm", "BatchNorm", "layer_norm_statistics", "batch_norm_statistics"]
+
+
+class LayerNorm(nn.Module):
+    """Layer normalization over the last axis (chapter 04); a drop-in for `nn.LayerNorm(d_model)`.
+
+    `weight` (gamma) and `bias` (beta) are per-feature vectors of size D, an element-wise
+    affine map (note 001 calls them "two linear matrices"; they are not). The state dict has the
+    same keys as `nn.LayerNorm`'s, so either loads into the other.
+
+    Shape:
+        x (..., D) -> (..., D).
+    """
+
+    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        check_positive_int("d_model", d_model)
+        if not isinstance(eps, (int, float)) or eps <= 0:
+            raise ValueError(f"eps must be a positive float, got {eps!r}")
+        self.d_model = d_model
+        self.eps = float(eps)
+        self.weight = nn.Parameter(torch.ones(d_model))  # gamma, (D,)
+        self.bias = nn.Parameter(torch.zeros(d_model))  # beta, (D,)
+
+    def forward(self, x: Tensor) -> Tensor:
+        check_tensor("x", x, min_dim=1)
+        check_float("x", x)
+        check_last_dim("x", x, self.d_model)
+        mean = x.mean(dim=-1, keepdim=True)  # (..., 1)
+        var = x.var(dim=-1, keepdim=True, unbiased=False)  # (..., 1), biased: divide by D
+        x_hat = (x - mean) / torch.sqrt(var + self.eps)  # (..., D)
+        return x_hat * self.weight + self.bias
+
+    def extra_repr(self) -> str:
+        return f"{self.d_model}, eps={self.eps}"
+
+
+class BatchNorm(nn.Module):
+    """Batch normalization of (B, T, D) sequences, written out (chapter 04).
+
+    In training mode each feature is normalized with the mean and biased variance over every
+    token of the batch (axes B and T), and running estimates are updated
+    (running = (1 - momentum) * running + momentum * batch, the running variance unbiased), as
+    `nn.BatchNorm1d` does. In eval mode the running estimates are used. Buffers and parameters
+    have `nn.BatchNorm1d`'s names, so its state dict loads into this one and back.
+
+    Unlike `nn.BatchNorm1d`, `forward` takes an optional `mask` of real tokens: padded positions
+    are then left out of the statistics (and their outputs are still computed, with the
+    statistics of the real tokens).
+
+    Args:
+        num_features: D.
+        eps: added to the variance.
+        momentum: weight of the current batch in the running estimates.
+
+    Shape:
+        x (B, T, D); mask (B, T) bool, True for real tokens. Output (B, T, D).
+    """
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1) -> None:
+        super().__init__()
+        check_positive_int("num_features", num_features)
+        if not isinstance(momentum, (int, float)) or not 0.0 <= momentum <= 1.0:
+            raise ValueError(f"momentum must be a float in [0, 1], got {momentum!r}")
+        self.num_features = num_features
+        self.eps = float(eps)
+        self.momentum = float(momentum)
+        self.weight = nn.Parameter(torch.ones(num_features))  # gamma, (D,)
+        self.bias = nn.Parameter(torch.zeros(num_features))  # beta, (D,)
+        self.register_buffer("running_mean", torch.zeros(num_features))
+        self.register_buffer("running_var", torch.ones(num_features))
+        self.register_buffer("num_batches_tracked", torch.tensor(0, dtype=torch.long))
+
+    def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
+        check_tensor("x", x, dim=3)
+        check_float("x", x)
+        check_last_dim("x", x, self.num_features, what="num_features")
+        if self.training:
+            mean, var, count = _masked_feature_statistics(x, mask)  # (D,), (D,), number of tokens
+            if count < 2:
+                raise ValueError(
+                    f"BatchNorm needs at least 2 real tokens in a training batch to estimate a variance, got {count}"
+                )
+            with torch.no_grad():
+                unbiased = var * count / (count - 1)
+                self.running_mean.mul_(1 - self.momentum).add_(self.momentum * mean)
+                self.running_var.mul_(1 - self.momentum).add_(self.momentum * unbiased)
+                self.num_batches_tracked.add_(1)
+        else:
+            if mask is not None:
+                _check_token_mask(mask, x)
+            mean, var = self.running_mean, self.running_var
+        x_hat = (x - mean) / torch.sqrt(var + self.eps)  # (B, T, D)
+        return x_hat * self.weight + self.bias
+
+    def extra_repr(self) -> str:
+        return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}"
+
+
+def _check_token_mask(mask: object, x: Tensor) -> None:
+    check_tensor("mask", mask, dim=2)
+    assert isinstance(mask, Tensor)
+    if mask.dtype != torch.bool:
+        raise TypeError(f"mask must be a bool tensor (True = real token), got dtype {mask.dtype}")
+    if tuple(mask.shape) != tuple(x.shape[:2]):
+        raise ValueError(f"mask must have shape (B, T) = {tuple(x.shape[:2])}, got {tuple(mask.shape)}")
+
+
+def _masked_feature_statistics(x: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor, int]:
+    """Per-feature mean and biased variance over the real tokens of a (B, T, D) batch."""
+    if mask is None:
+        flat = x.reshape(-1, x.shape[-1])  # (B*T, D)
+        return flat.mean(dim=0), flat.var(dim=0, unbiased=False), flat.shape[0]
+    _check_token_mask(mask, x)
+    weights = mask.to(x.dtype).unsqueeze(-1)  # (B, T, 1)
+    count = int(mask.sum())
+    total = max(count, 1)
+    mean = (x * weights).sum(dim=(0, 1)) / total  # (D,)
+    var = (((x - mean) ** 2) * weights).sum(dim=(0, 1)) / total  # (D,)
+    return mean, var, count
+
+
+def batch_norm_statistics(x: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """What BatchNorm averages over: per-feature mean and biased variance over all tokens (chapter 04).
+
+    Shape:
+        x (B, T, D), mask (B, T) bool of real tokens or None. Returns two (D,) tensors.
+    """
+    check_tensor("x", x, dim=3)
+    check_float("x", x)
+    mean, var, _ = _masked_feature_statistics(x, mask)
+    return mean, var
+
+
+def layer_norm_statistics(x: Tensor) -> tuple[Tensor, Tensor]:
+    """What LayerNorm averages over: per-token mean and biased variance over the features (chapter 04).
+
+    Shape:
+        x (..., D). Returns two (...) tensors, one number per token.
+    """
+    check_tensor("x", x, min_dim=1)
+    check_float("x", x)
+    return x.mean(dim=-1), x.var(dim=-1, unbiased=False)

@@ -1,0 +1,3 @@
+"""Figures of the course (see plotting/__init__.py)."""
+
+__all__: list[str] = []

@@ -1,0 +1,127 @@
+"""The one look of every figure in the course, and the primitives the chapter plots build on."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
+
+import matplotlib as mpl
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+__all__ = ["STYLE", "course_style", "new_figure", "heatmap", "curves", "to_numpy"]
+
+#: matplotlib settings shared by every figure of the course.
+STYLE: dict[str, object] = {
+    "figure.dpi": 90,
+    "savefig.dpi": 90,
+    "font.size": 10,
+    "axes.titlesize": 11,
+    "axes.titleweight": "bold",
+    "axes.labelsize": 10,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": False,
+    "legend.frameon": False,
+    "image.cmap": "viridis",
+    "axes.prop_cycle": mpl.cycler(
+        color=["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
+    ),
+}
+
+#: colour maps: weights in [0, 1], signed values centred on 0, masks (False/True).
+CMAP_WEIGHTS = "viridis"
+CMAP_SIGNED = "RdBu_r"
+CMAP_MASK = mpl.colors.ListedColormap(["#d9d9d9", "#2b8cbe"])
+
+
+@contextlib.contextmanager
+def course_style() -> Iterator[None]:
+    """Draw inside the course's style without changing the learner's global settings."""
+    with mpl.rc_context(STYLE):
+        yield
+
+
+def new_figure(n_rows: int = 1, n_cols: int = 1, size: tuple[float, float] | None = None) -> tuple[Figure, np.ndarray]:
+    """A figure with a grid of axes (always returned as a 2-D array), in the course's style."""
+    with course_style():
+        fig, axes = plt.subplots(
+            n_rows, n_cols, figsize=size or (4.0 * n_cols, 3.4 * n_rows), squeeze=False, layout="constrained"
+        )
+    return fig, axes
+
+
+def to_numpy(values: object) -> np.ndarray:
+    """A tensor (any device, with or without grad), array or list as a float numpy array."""
+    if hasattr(values, "detach"):
+        values = values.detach().cpu().float().numpy()  # type: ignore[union-attr]
+    return np.asarray(values, dtype=float)
+
+
+def heatmap(
+    ax: Axes,
+    matrix: object,
+    x_labels: Sequence[str] | None = None,
+    y_labels: Sequence[str] | None = None,
+    title: str = "",
+    x_title: str = "",
+    y_title: str = "",
+    cmap: str | mpl.colors.Colormap = CMAP_WEIGHTS,
+    vmin: float | None = None,
+    vmax: float | None = None,
+    annotate: bool = False,
+    colorbar: bool = True,
+) -> mpl.image.AxesImage:
+    """Draw a 2-D matrix with optional tick labels on both axes; the primitive of attention maps."""
+    values = to_numpy(matrix)
+    if values.ndim != 2:
+        raise ValueError(f"matrix must be 2-D, got shape {values.shape}")
+    with course_style():
+        image = ax.imshow(values, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto", interpolation="nearest")
+        for labels, n, set_ticks, set_labels, rotation in (
+            (x_labels, values.shape[1], ax.set_xticks, ax.set_xticklabels, 90),
+            (y_labels, values.shape[0], ax.set_yticks, ax.set_yticklabels, 0),
+        ):
+            if labels is not None:
+                if len(labels) != n:
+                    raise ValueError(f"got {len(labels)} labels for an axis of length {n}")
+                set_ticks(range(n))
+                set_labels(list(labels), rotation=rotation)
+        if annotate:
+            mid = np.nanmean(values) if values.size else 0.0
+            for (i, j), v in np.ndenumerate(values):
+                ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color="white" if v < mid else "black")
+        ax.set_title(title)
+        ax.set_xlabel(x_title)
+        ax.set_ylabel(y_title)
+        if colorbar:
+            ax.figure.colorbar(image, ax=ax, shrink=0.8)
+    return image
+
+
+def curves(
+    ax: Axes,
+    series: Mapping[str, Sequence[float]] | Mapping[str, tuple[Sequence[float], Sequence[float]]],
+    title: str = "",
+    x_title: str = "step",
+    y_title: str = "",
+    log_y: bool = False,
+) -> None:
+    """Draw named curves on one axes: {name: ys} or {name: (xs, ys)}, with a legend."""
+    with course_style():
+        for name, values in series.items():
+            if isinstance(values, tuple) and len(values) == 2:
+                xs, ys = values
+            else:
+                ys = values
+                xs = range(len(ys))
+            ax.plot(list(xs), to_numpy(ys), label=name)
+        if log_y:
+            ax.set_yscale("log")
+        ax.set_title(title)
+        ax.set_xlabel(x_title)
+        ax.set_ylabel(y_title)
+        if len(series) > 1:
+            ax.legend()

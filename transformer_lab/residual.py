@@ -1,0 +1,58 @@
+"""Residual connections (残差连接) around a sublayer, Post-Norm and Pre-Norm (chapter 05).
+
+Post-Norm, the paper's figure and note 002's "Add & Norm":  x = LayerNorm(x + Dropout(sublayer(x)))
+Pre-Norm, the notes' code and GPT:                         x = x + Dropout(sublayer(LayerNorm(x)))
+
+Pre-Norm leaves an identity path from the input to the output of the whole stack, which is why
+it trains deep stacks without warm-up tricks; it needs one extra LayerNorm at the end of the stack.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from torch import Tensor, nn
+
+from transformer_lab.normalization import LayerNorm
+
+__all__ = ["sublayer_connection", "Residual"]
+
+
+def sublayer_connection(
+    x: Tensor,
+    sublayer: Callable[[Tensor], Tensor],
+    norm: nn.Module,
+    dropout: nn.Module,
+    norm_first: bool,
+) -> Tensor:
+    """Apply `sublayer` to `x` with a residual connection and a LayerNorm, Pre- or Post-Norm.
+
+    Shape:
+        x (B, T, D) -> (B, T, D).
+    """
+    if norm_first:
+        return x + dropout(sublayer(norm(x)))  # Pre-Norm
+    return norm(x + dropout(sublayer(x)))  # Post-Norm ("Add & Norm")
+
+
+class Residual(nn.Module):
+    """A sublayer wrapped in its residual connection and LayerNorm (chapter 05).
+
+    Args:
+        sublayer: a module mapping (B, T, D) to (B, T, D), e.g. a `FeedForward`.
+        d_model: D, the size of the LayerNorm.
+        dropout: dropout on the sublayer's output before it is added.
+        norm_first: True for Pre-Norm, False for Post-Norm.
+    """
+
+    def __init__(self, sublayer: nn.Module, d_model: int, dropout: float = 0.0, norm_first: bool = True) -> None:
+        super().__init__()
+        if not isinstance(sublayer, nn.Module):
+            raise TypeError(f"sublayer must be an nn.Module, got {type(sublayer).__name__}")
+        self.sublayer = sublayer
+        self.norm = LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.norm_first = norm_first
+
+    def forward(self, x: Tensor) -> Tensor:
+        return sublayer_connection(x, self.sublayer, self.norm, self.dropout, self.norm_first)
