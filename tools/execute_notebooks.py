@@ -4,7 +4,8 @@
     python tools/execute_notebooks.py notebooks/01_*.ipynb  # some of them
 
 Each kernel runs with one thread (OMP_NUM_THREADS=1) in the notebooks/ folder, so the stored
-outputs are the ones nbval will see in CI. Prints each notebook's time and stops at the first error.
+outputs are the ones nbval will see in CI. Prints each notebook's wall time and its kernel's peak
+memory (VmHWM, the kernel process's high-water resident set), and stops at the first error.
 """
 
 from __future__ import annotations
@@ -21,7 +22,16 @@ from nbclient import NotebookClient
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
-def execute(path: pathlib.Path, timeout: int = 600) -> float:
+def kernel_peak_mib(client: NotebookClient) -> float:
+    """The kernel process's peak resident memory in MiB (Linux), read before the kernel stops."""
+    pid = client.km.provisioner.process.pid  # type: ignore[union-attr]
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def execute(path: pathlib.Path, timeout: int = 600) -> tuple[float, float]:
     notebook = nbformat.read(path, as_version=4)
     os.environ["OMP_NUM_THREADS"] = "1"
     os.environ["MKL_NUM_THREADS"] = "1"
@@ -32,10 +42,12 @@ def execute(path: pathlib.Path, timeout: int = 600) -> float:
         kernel_name="python3",
         resources={"metadata": {"path": str(path.parent)}},
     )
-    client.execute()
-    elapsed = time.perf_counter() - start
+    with client.setup_kernel():
+        client.execute(cleanup_kc=False)
+        elapsed = time.perf_counter() - start
+        peak = kernel_peak_mib(client)
     nbformat.write(notebook, path)
-    return elapsed
+    return elapsed, peak
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
     paths = args.notebooks or sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
     for path in paths:
         print(f"{path.name}: running...", flush=True)
-        print(f"{path.name}: {execute(path.resolve()):.1f} s", flush=True)
+        elapsed, peak = execute(path.resolve())
+        print(f"{path.name}: {elapsed:.1f} s, kernel peak memory {peak:.0f} MiB", flush=True)
     return 0
 
 

@@ -67,3 +67,15 @@ __all__ = [
     "save_checkpoint",
     "load_checkpoint",
 ]
+
+# Course machinery and chapter 09's tools, imported on first use (`tl.plotting`, `tl.widgets`, ...)
+# so that `import transformer_lab` alone stays light for an engineer who only wants the model.
+_SUBMODULES = ("plotting", "widgets", "exercises", "data", "training", "decoding")
+
+
+def __getattr__(name: str):  # noqa: ANN202 - module-level lazy import (PEP 562)
+    if name in _SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
