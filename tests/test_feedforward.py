@@ -22,7 +22,9 @@ def test_matches_an_nn_sequential_with_copied_weights(activation: str) -> None:
     ffn = tl.FeedForward(D, FF, activation=activation).double()
     act = nn.ReLU() if activation == "relu" else nn.GELU()
     reference = nn.Sequential(nn.Linear(D, FF), act, nn.Linear(FF, D)).double()
-    reference.load_state_dict({"0.weight": ffn.w1.weight, "0.bias": ffn.w1.bias, "2.weight": ffn.w2.weight, "2.bias": ffn.w2.bias})
+    reference.load_state_dict(
+        {"0.weight": ffn.w1.weight, "0.bias": ffn.w1.bias, "2.weight": ffn.w2.weight, "2.bias": ffn.w2.bias}
+    )
     x = _x(2, 3, D).requires_grad_()
     x2 = x.detach().clone().requires_grad_()
     out, ref = ffn(x), reference(x2)

@@ -73,7 +73,10 @@ def test_causal_and_padding_together() -> None:
     _run_both(
         True,
         mask,
-        {"attn_mask": tl.invert_mask(tl.causal_mask(T)), "key_padding_mask": torch_key_padding_mask(_padding([T, 3], T))},
+        {
+            "attn_mask": tl.invert_mask(tl.causal_mask(T)),
+            "key_padding_mask": torch_key_padding_mask(_padding([T, 3], T)),
+        },
     )
 
 
