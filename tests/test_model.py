@@ -174,9 +174,7 @@ def test_initialization_scales() -> None:
     with torch.no_grad():
         embedded = model.src_embed(torch.arange(500)[None, :])
     assert 0.8 < float(embedded.std()) < 1.2  # N(0, 1/D) times sqrt(D): unit variance
-    assert all(
-        float(m.bias.abs().max()) == 0 for m in model.modules() if isinstance(m, nn.Linear) and m.bias is not None
-    )
+    assert all(not m.bias.any() for m in model.modules() if isinstance(m, nn.Linear) and m.bias is not None)
 
 
 # ---------------------------------------------------------------- checkpoints
