@@ -39,6 +39,12 @@ def check_positive_int(name: str, value: object) -> None:
         raise ValueError(f"{name} must be a positive int, got {value}")
 
 
+def check_bool(name: str, value: object) -> None:
+    """Raise TypeError unless `value` is True or False (a string like "no" would be silently truthy)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+
+
 def check_probability(name: str, value: object) -> None:
     """Raise TypeError/ValueError unless `value` is a number in [0, 1)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):

@@ -65,6 +65,13 @@ def scaled_dot_product_attention(
             f"value must have one vector per key: key has S={key.shape[-2]} positions, value has "
             f"{value.shape[-2]} (shapes {tuple(key.shape)} and {tuple(value.shape)})"
         )
+    try:
+        torch.broadcast_shapes(query.shape[:-2], key.shape[:-2], value.shape[:-2])
+    except RuntimeError:
+        raise ValueError(
+            "query, key and value must have the same (or broadcastable) leading batch dimensions, got shapes "
+            f"{tuple(query.shape)}, {tuple(key.shape)} and {tuple(value.shape)}"
+        ) from None
     if dropout is not None and not isinstance(dropout, nn.Module):
         raise TypeError(f"dropout must be an nn.Dropout module or None, got {type(dropout).__name__}")
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from transformer_lab._checks import check_positive_int
+from transformer_lab._checks import check_bool, check_mask, check_positive_int
 from transformer_lab.encoder import check_sequence
 from transformer_lab.feedforward import FeedForward
 from transformer_lab.multihead import MultiHeadAttention
@@ -84,6 +84,7 @@ class DecoderLayer(nn.Module):
         activation: str = "relu",
     ) -> None:
         super().__init__()
+        check_bool("norm_first", norm_first)
         self.d_model = d_model
         self.norm_first = norm_first
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout)
@@ -110,6 +111,12 @@ class DecoderLayer(nn.Module):
             raise ValueError(
                 f"memory must have the same batch size as x: x has B={x.shape[0]}, memory has B={memory.shape[0]}"
             )
+        batch, length, heads = x.shape[0], x.shape[1], self.self_attn.n_heads
+        if tgt_mask is not None:
+            cached = cache.self_k.shape[2] if cache is not None and cache.self_k is not None else 0
+            check_mask("tgt_mask", tgt_mask, (batch, heads, length, cached + length))
+        if memory_mask is not None:
+            check_mask("memory_mask", memory_mask, (batch, heads, length, memory.shape[1]))
         x = sublayer_connection(
             x, lambda h: self._self_attention(h, tgt_mask, cache), self.norm1, self.dropout1, self.norm_first
         )

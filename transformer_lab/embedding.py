@@ -94,6 +94,8 @@ class PositionalEncoding(nn.Module):
         check_float("x", x)
         check_last_dim("x", x, self.d_model)
         length = x.shape[1]
+        if isinstance(start, bool) or not isinstance(start, int):
+            raise TypeError(f"start must be an int (the position of x's first vector), got {start!r}")
         if start < 0 or start + length > self.max_len:
             raise ValueError(
                 f"sequence of length {length} starting at position {start} is longer than max_len={self.max_len}; "

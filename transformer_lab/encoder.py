@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from transformer_lab._checks import check_float, check_last_dim, check_positive_int, check_tensor
+from transformer_lab._checks import check_bool, check_float, check_last_dim, check_positive_int, check_tensor
 from transformer_lab.feedforward import FeedForward
 from transformer_lab.multihead import MultiHeadAttention
 from transformer_lab.normalization import LayerNorm
@@ -56,6 +56,7 @@ class EncoderLayer(nn.Module):
         activation: str = "relu",
     ) -> None:
         super().__init__()
+        check_bool("norm_first", norm_first)
         self.d_model = d_model
         self.norm_first = norm_first
         self.self_attn = MultiHeadAttention(d_model, n_heads, dropout)

@@ -16,10 +16,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from transformer_lab._checks import check_positive_int, check_probability, check_tokens
+from transformer_lab._checks import check_mask, check_positive_int, check_probability, check_tensor, check_tokens
 from transformer_lab.decoder import Decoder, DecoderCache
 from transformer_lab.embedding import PositionalEncoding, TokenEmbedding
-from transformer_lab.encoder import Encoder
+from transformer_lab.encoder import Encoder, check_sequence
 from transformer_lab.feedforward import FeedForward
 from transformer_lab.masking import causal_mask
 from transformer_lab.multihead import MultiHeadAttention
@@ -141,7 +141,9 @@ class Transformer(nn.Module):
 
     def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
         """Source token ids (B, S) -> memory (B, S, D)."""
-        check_tokens("src", src, self.config.src_vocab_size)
+        _check_model_tokens("src", src, self.config.src_vocab_size)
+        if src_mask is not None:
+            check_mask("src_mask", src_mask, (src.shape[0], self.config.n_heads, src.shape[1], src.shape[1]))
         x = self.positional(self.src_embed(src))  # (B, S, D)
         return self.encoder(x, src_mask)
 
@@ -158,7 +160,8 @@ class Transformer(nn.Module):
         `tgt_mask=None` means the causal mask. With a `cache` (see `new_cache`), `tgt` holds only
         the new tokens, placed after the `cache.length` tokens already decoded.
         """
-        check_tokens("tgt", tgt, self.config.tgt_vocab_size)
+        _check_model_tokens("tgt", tgt, self.config.tgt_vocab_size)
+        check_sequence("memory", memory, self.config.d_model)
         if memory.shape[0] != tgt.shape[0]:
             raise ValueError(
                 "tgt and memory must have the same batch size: "
@@ -168,6 +171,10 @@ class Transformer(nn.Module):
         length = tgt.shape[1]
         if tgt_mask is None:
             tgt_mask = causal_mask(start + length, device=tgt.device)[start:]  # (T, start + T)
+        batch, heads = tgt.shape[0], self.config.n_heads
+        check_mask("tgt_mask", tgt_mask, (batch, heads, length, start + length))
+        if src_mask is not None:
+            check_mask("src_mask", src_mask, (batch, heads, length, memory.shape[1]))
         x = self.positional(self.tgt_embed(tgt), start=start)  # (B, T, D)
         x = self.decoder(x, memory, tgt_mask, src_mask, cache)  # (B, T, D)
         return self.generator(x)  # (B, T, V)
@@ -176,17 +183,27 @@ class Transformer(nn.Module):
         self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None, tgt_mask: Tensor | None = None
     ) -> Tensor:
         """Teacher-forced logits: src (B, S), tgt (B, T) -> (B, T, V)."""
-        if isinstance(src, Tensor) and isinstance(tgt, Tensor) and src.dim() >= 1 and tgt.dim() >= 1:
-            if src.shape[0] != tgt.shape[0]:
-                raise ValueError(
-                    f"src and tgt must have the same batch size: src has B={src.shape[0]}, tgt has B={tgt.shape[0]}"
-                )
+        # Shapes first (cheap); encode and decode check the token ids themselves.
+        check_tensor("src", src, dim=2)
+        check_tensor("tgt", tgt, dim=2)
+        if src.shape[0] != tgt.shape[0]:
+            raise ValueError(
+                f"src and tgt must have the same batch size: src has B={src.shape[0]}, tgt has B={tgt.shape[0]}"
+            )
         memory = self.encode(src, src_mask)
         return self.decode(tgt, memory, src_mask, tgt_mask)
 
     def new_cache(self) -> DecoderCache:
         """An empty KV cache for incremental decoding with `decode(..., cache=...)`."""
         return DecoderCache.empty(self.config.n_layers)
+
+
+def _check_model_tokens(name: str, tokens: object, vocab_size: int) -> None:
+    """Token ids as `check_tokens` wants them, and at least one position (an empty sequence has nothing to attend)."""
+    check_tokens(name, tokens, vocab_size)
+    assert isinstance(tokens, Tensor)
+    if tokens.shape[1] == 0:
+        raise ValueError(f"{name} must hold at least one token per sequence, got shape {tuple(tokens.shape)}")
 
 
 def count_parameters(model: nn.Module) -> dict[str, int]:

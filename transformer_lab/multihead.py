@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer_lab._checks import (
+    check_bool,
     check_float,
     check_last_dim,
     check_mask,
@@ -62,6 +63,7 @@ class MultiHeadAttention(nn.Module):
         check_positive_int("d_model", d_model)
         check_positive_int("n_heads", n_heads)
         check_probability("dropout", dropout)
+        check_bool("record_weights", record_weights)
         if d_model % n_heads != 0:
             raise ValueError(
                 f"d_model must be divisible by n_heads so that each head gets d_k = d_model / n_heads "

@@ -35,8 +35,7 @@ class LayerNorm(nn.Module):
     def __init__(self, d_model: int, eps: float = 1e-5) -> None:
         super().__init__()
         check_positive_int("d_model", d_model)
-        if not isinstance(eps, (int, float)) or eps <= 0:
-            raise ValueError(f"eps must be a positive float, got {eps!r}")
+        _check_eps(eps)
         self.d_model = d_model
         self.eps = float(eps)
         self.weight = nn.Parameter(torch.ones(d_model))  # gamma, (D,)
@@ -80,6 +79,7 @@ class BatchNorm(nn.Module):
     def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1) -> None:
         super().__init__()
         check_positive_int("num_features", num_features)
+        _check_eps(eps)
         if not isinstance(momentum, (int, float)) or not 0.0 <= momentum <= 1.0:
             raise ValueError(f"momentum must be a float in [0, 1], got {momentum!r}")
         self.num_features = num_features
@@ -115,6 +115,13 @@ class BatchNorm(nn.Module):
 
     def extra_repr(self) -> str:
         return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}"
+
+
+def _check_eps(eps: object) -> None:
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)):
+        raise TypeError(f"eps must be a positive float, got {eps!r}")
+    if eps <= 0:
+        raise ValueError(f"eps must be a positive float, got {eps!r}")
 
 
 def _check_token_mask(mask: object, x: Tensor) -> None:
