@@ -20,7 +20,7 @@ def _batch() -> tuple[torch.Tensor, torch.Tensor]:
     return x, mask
 
 
-def test_explorer_starts_at_batch_two_without_extra_padding(capsys: pytest.CaptureFixture[str]) -> None:
+def test_explorer_starts_at_batch_two_without_extra_padding() -> None:
     x, mask = _batch()
     w = widgets.batch_norm_explorer(x, mask)
     batch_slider, pad_slider = w.children[0], w.children[1]
@@ -28,14 +28,18 @@ def test_explorer_starts_at_batch_two_without_extra_padding(capsys: pytest.Captu
     assert w.state["batch_size"] == 2 and w.state["extra_padding"] == 0
     mean, _ = tl.batch_norm_statistics(x[:2, :5], mask[:2, :5])
     torch.testing.assert_close(w.state["batch_norm_mean_real_tokens"], mean)
-    assert "padded positions" in capsys.readouterr().out
+    assert "padded positions" in w.summary.value
+    assert w.image.value[:8] == b"\x89PNG\r\n\x1a\n"
+    assert repr(w) == "BatchNormExplorer(batch_size=2, extra_padding=0)"
 
 
 def test_moving_the_sliders_updates_the_state() -> None:
     x, mask = _batch()
     w = widgets.batch_norm_explorer(x, mask)
+    first_image = w.image.value
     w.children[0].value = 6
-    assert w.state["batch_size"] == 6
+    assert w.state["batch_size"] == 6 and w.image.value != first_image
+    assert repr(w) == "BatchNormExplorer(batch_size=6, extra_padding=0)"
     assert w.state["batch_norm_shift_real_tokens"] == pytest.approx(0.0, abs=1e-7)  # the whole batch
     before = w.state["batch_norm_shift_counting_padding"]
     w.children[1].value = 3

@@ -70,11 +70,13 @@ def _feed_forward(x: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor) -> 
     return hidden @ w2.T + b2  # (..., F) @ (F, D) -> (..., D)
 
 
-def _ffn_inputs(shape: tuple[int, ...], d_ff: int, seed: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+def _ffn_inputs(
+    shape: tuple[int, ...], d_ff: int, seed: int, offset: float = 0.0
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     g = _generator(seed)
     d = shape[-1]
     return (
-        torch.randn(*shape, generator=g),
+        torch.randn(*shape, generator=g) + offset,
         torch.randn(d_ff, d, generator=g) / d**0.5,
         torch.randn(d_ff, generator=g) * 0.1,
         torch.randn(d, d_ff, generator=g) / d_ff**0.5,
@@ -101,7 +103,7 @@ feed_forward = Exercise(
         Case("a (2, 3, 4) batch, d_ff = 16", lambda: _ffn_inputs((2, 3, 4), 16, 0)),
         Case("one position, shape (8,), d_ff = 32", lambda: _ffn_inputs((8,), 32, 1)),
         Case("a (5, 6) sequence without a batch axis, d_ff = 24", lambda: _ffn_inputs((5, 6), 24, 2)),
-        Case("inputs far below zero (the ReLU cuts most of them)", lambda: _ffn_inputs((4, 4), 8, 3)),
+        Case("inputs far below zero (the ReLU cuts most of them)", lambda: _ffn_inputs((4, 4), 8, 3, offset=-3.0)),
     ],
     hint="""
         The weights are laid out as nn.Linear stores them: w1 is (d_ff, d_model), so the first layer is
