@@ -48,6 +48,19 @@ def test_course_style_is_scoped() -> None:
     assert matplotlib.rcParams["axes.spines.top"] == before
 
 
+def test_course_style_keeps_interactive_mode_switched_on_inside() -> None:
+    """A notebook's inline backend switches interactive mode on when the first figure loads it; leaving the
+    style context must not switch it off again (or no later figure would be shown)."""
+    was = matplotlib.is_interactive()
+    try:
+        matplotlib.interactive(False)
+        with style.course_style():
+            matplotlib.interactive(True)
+        assert matplotlib.is_interactive()
+    finally:
+        matplotlib.interactive(was)
+
+
 def test_new_figure_returns_a_2d_grid() -> None:
     fig, axes = style.new_figure(2, 3)
     assert isinstance(fig, Figure)
@@ -116,15 +129,18 @@ def test_attention_heatmap_rejects_bad_input() -> None:
 def test_attention_grid_layers_by_heads() -> None:
     weights = torch.stack([torch.stack([_weights(seed=10 * layer + h) for h in range(3)]) for layer in range(2)])
     fig = tl.plotting.attention_grid(weights, TOKENS, TOKENS, title="grid")
-    assert len(fig.axes) == 6
-    titles = [ax.get_title() for ax in fig.axes]
+    assert len(fig.axes) == 7  # 6 maps and one shared colour bar
+    maps = fig.axes[:6]
+    titles = [ax.get_title() for ax in maps]
     assert titles[0] == "layer 1, head 1" and titles[-1] == "layer 2, head 3"
-    assert _tick_labels(fig.axes[3], "x") == TOKENS  # bottom row carries the key labels
-    assert _tick_labels(fig.axes[0], "y") == TOKENS  # first column carries the query labels
+    assert _tick_labels(maps[3], "x") == TOKENS  # bottom row carries the key labels
+    assert _tick_labels(maps[0], "y") == TOKENS  # first column carries the query labels
+    np.testing.assert_allclose(maps[4].get_images()[0].get_array(), weights[1, 1].numpy(), rtol=1e-6)
+    assert fig.axes[6].get_ylabel() == "weight"
     one_layer = tl.plotting.attention_grid(weights[0], row_names=["self-attention"])
     assert one_layer.axes[1].get_title() == "self-attention, head 2"
     as_list = tl.plotting.attention_grid([weights[0], weights[1]])
-    assert len(as_list.axes) == 6
+    assert len(as_list.axes) == 7
 
 
 def test_attention_grid_rejects_bad_shapes() -> None:

@@ -103,6 +103,8 @@ def attention_grid(
                 ax.set_xticks([])
             if h != 0 or query_labels is None:
                 ax.set_yticks([])
+    # one colour scale for every panel, drawn once
+    fig.colorbar(axes[0, 0].get_images()[0], ax=axes.ravel().tolist(), shrink=0.8, label="weight")
     fig.suptitle(title)
     return fig
 

@@ -231,7 +231,7 @@ class MaskExplorer(widgets.VBox):
 
 
 def mask_explorer(
-    sentences: Sequence[str] = ("the cat sat on the mat", "a dog ran", "hello world", "we like to code in python"),
+    sentences: Sequence[str] = ("a dog ran", "the cat sat on the mat", "hello world", "we like to code in python"),
     d_model: int = 16,
 ) -> MaskExplorer:
     """Masks on a padded batch, live (chapter 02).
