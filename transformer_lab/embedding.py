@@ -27,15 +27,7 @@ from transformer_lab._checks import (
     check_tokens,
 )
 
-__all__ = [
-    "TokenEmbedding",
-    "PositionalEncoding",
-    "sinusoidal_encoding",
-    "FREQUENCY_METHODS",
-    "inverse_frequencies",
-    "rotation_matrix",
-    "LearnedPositionalEmbedding",
-]
+__all__ = ["TokenEmbedding", "PositionalEncoding", "sinusoidal_encoding"]
 
 
 class TokenEmbedding(nn.Module):
@@ -111,6 +103,8 @@ class PositionalEncoding(nn.Module):
 
 
 # --- Chapter 08 extras: the three denominators of note 002, the rotation of PE, learned positions ---
+
+__all__ += ["FREQUENCY_METHODS", "inverse_frequencies", "rotation_matrix", "LearnedPositionalEmbedding"]
 
 #: The three ways note 002 computes the frequencies 1 / 10000^(2i / d_model), by name.
 FREQUENCY_METHODS = ("exp_log", "torch_pow", "pow_operator")
