@@ -74,7 +74,7 @@ def encoding_heatmap(
         if position is not None:
             ax.axhline(position, color="black", lw=1.0)
         if dimension is not None:
-            ax.axvline(dimension, color="black", lw=1.0)
+            ax.axvline(dimension, color="black", lw=1.8, ls="--")
     return ax.figure
 
 
@@ -102,6 +102,8 @@ def encoding_curves(
     series = {f"dim {d} ({'sin' if d % 2 == 0 else 'cos'})": values[:, d] for d in dimensions}
     curves(ax, series, title=title, x_title="position", y_title="PE(position, dim)")
     with course_style():
+        if len(series) > 1:
+            ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)  # outside: the curves fill the box
         if position is not None:
             ax.axvline(position, color="black", lw=0.8, ls="--")
             ax.plot([position] * len(dimensions), values[position, list(dimensions)], "ko", ms=4)
@@ -188,7 +190,7 @@ def rotation_pairs(
             ax.set_title(f"dims {2 * i}, {2 * i + 1}")
             ax.set_xlabel(f"sin (dim {2 * i})")
             ax.set_ylabel(f"cos (dim {2 * i + 1})")
-        axes[0, 0].legend(loc="lower left", fontsize=7)
+        axes[0, -1].legend(loc="lower left", fontsize=7)
         fig.suptitle(title)
     return fig
 
@@ -204,8 +206,11 @@ def value_histograms(
         raise ValueError("series must hold at least one named tensor")
     ax = _axes(ax, (6.0, 3.2))
     with course_style():
-        for name, values in series.items():
-            ax.hist(to_numpy(values).ravel(), bins=bins, alpha=0.55, density=True, label=name)
+        arrays = {name: to_numpy(values).ravel() for name, values in series.items()}
+        everything = np.concatenate(list(arrays.values()))
+        edges = np.linspace(everything.min(), everything.max(), bins + 1) if everything.size else bins
+        for name, values in arrays.items():
+            ax.hist(values, bins=edges, alpha=0.55, density=True, label=name)  # shared bins: comparable heights
         ax.set_title(title)
         ax.set_xlabel("value of one entry")
         ax.set_ylabel("density")

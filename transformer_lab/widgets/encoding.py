@@ -95,11 +95,12 @@ class EncodingExplorer:
         encoding_overview(self.pe, self.position.value, self.dimension.value, fig=self.figure)
         self.n_draws += 1
         if _in_kernel():
-            from IPython.display import clear_output, display
+            # Replace the Output widget's content in one state update. Not `with self.output: display(...)`:
+            # that routes through iopub messages, which a headless runner (nbval) files under the cell itself.
+            from IPython import get_ipython
 
-            with self.output:
-                clear_output(wait=True)
-                display(self.figure)
+            data, metadata = get_ipython().display_formatter.format(self.figure)
+            self.output.outputs = ({"output_type": "display_data", "data": data, "metadata": metadata},)
 
     def _ipython_display_(self) -> None:
         from IPython.display import display
