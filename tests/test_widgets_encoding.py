@@ -68,21 +68,19 @@ def test_bad_arguments_are_refused() -> None:
 
 
 def test_inside_a_kernel_the_output_widget_holds_exactly_the_latest_figure(monkeypatch: pytest.MonkeyPatch) -> None:
-    import IPython
-    from IPython.core.formatters import DisplayFormatter
+    import base64
 
     from transformer_lab.widgets import encoding as module
 
-    class FakeShell:
-        display_formatter = DisplayFormatter()
-
     monkeypatch.setattr(module, "_in_kernel", lambda: True)
-    monkeypatch.setattr(IPython, "get_ipython", lambda: FakeShell())
     explorer = tl.widgets.encoding_explorer(d_model=8, max_len=20, position=1, dimension=0)
     assert len(explorer.output.outputs) == 1
+    first = explorer.output.outputs[0]["data"]["image/png"]
     explorer.position.value = 7
     explorer.dimension.value = 5
     outputs = explorer.output.outputs
     assert len(outputs) == 1 and outputs[0]["output_type"] == "display_data"  # replaced, never appended
-    assert "Figure" in outputs[0]["data"]["text/plain"]
+    png = base64.b64decode(outputs[0]["data"]["image/png"])
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and outputs[0]["data"]["image/png"] != first
+    assert outputs[0]["data"]["text/plain"] == "<encoding explorer figure: position=7, dimension=5, d_model=8>"
     assert explorer.n_draws == 3

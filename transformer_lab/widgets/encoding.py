@@ -9,7 +9,11 @@ It works without a notebook too: change a slider's `.value` and `explorer.state`
 
 from __future__ import annotations
 
+import base64
+import io
+
 import ipywidgets as widgets
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from transformer_lab.embedding import sinusoidal_encoding
@@ -63,6 +67,7 @@ class EncodingExplorer:
         )
         with course_style():
             self.figure = Figure(figsize=(12.0, 3.4), layout="constrained")  # not registered with pyplot
+        FigureCanvasAgg(self.figure)  # renders to PNG whatever backend the notebook uses
         self.output = widgets.Output()
         self.widget = widgets.VBox([widgets.HBox([self.position, self.dimension, self.d_model]), self.output])
         self.pe = sinusoidal_encoding(max_len, d_model)
@@ -95,12 +100,24 @@ class EncodingExplorer:
         encoding_overview(self.pe, self.position.value, self.dimension.value, fig=self.figure)
         self.n_draws += 1
         if _in_kernel():
-            # Replace the Output widget's content in one state update. Not `with self.output: display(...)`:
-            # that routes through iopub messages, which a headless runner (nbval) files under the cell itself.
-            from IPython import get_ipython
+            self.output.outputs = (self._png_output(),)
 
-            data, metadata = get_ipython().display_formatter.format(self.figure)
-            self.output.outputs = ({"output_type": "display_data", "data": data, "metadata": metadata},)
+    def _png_output(self) -> dict:
+        """The figure as one display_data output for the Output widget.
+
+        The PNG is rendered here (Agg canvas), so it does not depend on the notebook's matplotlib
+        backend having registered a figure formatter. It replaces the Output widget's content in
+        one state update; `with self.output: display(...)` would go through iopub messages, which
+        a headless runner (nbval) files under the cell itself.
+        """
+        buffer = io.BytesIO()
+        self.figure.savefig(buffer, format="png", dpi=self.figure.dpi)
+        s = self.state
+        text = (
+            f"<encoding explorer figure: position={s['position']}, dimension={s['dimension']}, d_model={s['d_model']}>"
+        )
+        data = {"image/png": base64.b64encode(buffer.getvalue()).decode("ascii"), "text/plain": text}
+        return {"output_type": "display_data", "data": data, "metadata": {}}
 
     def _ipython_display_(self) -> None:
         from IPython.display import display
