@@ -27,7 +27,8 @@ def test_explorer_starts_with_its_arguments() -> None:
     assert explorer.pe.shape == (40, 16)
     assert _marked_row(explorer) == 5
     assert repr(explorer) == "EncodingExplorer(position=5, dimension=3, d_model=16)"
-    assert explorer.widget.children[1] is explorer.output
+    assert explorer.widget.children[1] is explorer.image
+    assert explorer.image.value[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_moving_the_position_slider_redraws() -> None:
@@ -67,20 +68,11 @@ def test_bad_arguments_are_refused() -> None:
         tl.widgets.encoding_explorer(d_model=8, dimension=8)
 
 
-def test_inside_a_kernel_the_output_widget_holds_exactly_the_latest_figure(monkeypatch: pytest.MonkeyPatch) -> None:
-    import base64
-
-    from transformer_lab.widgets import encoding as module
-
-    monkeypatch.setattr(module, "_in_kernel", lambda: True)
+def test_every_change_replaces_the_picture() -> None:
     explorer = tl.widgets.encoding_explorer(d_model=8, max_len=20, position=1, dimension=0)
-    assert len(explorer.output.outputs) == 1
-    first = explorer.output.outputs[0]["data"]["image/png"]
+    first = explorer.image.value
     explorer.position.value = 7
+    second = explorer.image.value
     explorer.dimension.value = 5
-    outputs = explorer.output.outputs
-    assert len(outputs) == 1 and outputs[0]["output_type"] == "display_data"  # replaced, never appended
-    png = base64.b64decode(outputs[0]["data"]["image/png"])
-    assert png[:8] == b"\x89PNG\r\n\x1a\n" and outputs[0]["data"]["image/png"] != first
-    assert outputs[0]["data"]["text/plain"] == "<encoding explorer figure: position=7, dimension=5, d_model=8>"
+    assert second[:8] == b"\x89PNG\r\n\x1a\n" and len({first, second, explorer.image.value}) == 3
     assert explorer.n_draws == 3

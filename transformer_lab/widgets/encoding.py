@@ -9,7 +9,6 @@ It works without a notebook too: change a slider's `.value` and `explorer.state`
 
 from __future__ import annotations
 
-import base64
 import io
 
 import ipywidgets as widgets
@@ -23,21 +22,13 @@ from transformer_lab.plotting.style import course_style
 __all__ = ["EncodingExplorer", "encoding_explorer"]
 
 
-def _in_kernel() -> bool:
-    try:
-        from IPython import get_ipython
-    except ImportError:  # pragma: no cover - IPython comes with ipywidgets
-        return False
-    shell = get_ipython()
-    return shell is not None and hasattr(shell, "kernel")
-
-
 class EncodingExplorer:
     """Three sliders (position, dimension, d_model) and a three-panel figure of the encoding.
 
     Attributes:
         position, dimension, d_model: the `ipywidgets.IntSlider`s.
         figure: the matplotlib Figure, redrawn in place on every change.
+        image: the `ipywidgets.Image` showing the figure as a PNG.
         pe: the current (max_len, d_model) table.
         state: the current choice, {"position", "dimension", "d_model"}; `n_draws` counts redraws.
         widget: the ipywidgets box to display.
@@ -68,8 +59,10 @@ class EncodingExplorer:
         with course_style():
             self.figure = Figure(figsize=(12.0, 3.4), layout="constrained")  # not registered with pyplot
         FigureCanvasAgg(self.figure)  # renders to PNG whatever backend the notebook uses
-        self.output = widgets.Output()
-        self.widget = widgets.VBox([widgets.HBox([self.position, self.dimension, self.d_model]), self.output])
+        # The picture is a PNG in an `ipywidgets.Image` (as in chapter 04's explorer): moving a slider only updates
+        # widget values, never the cell's output, in JupyterLab, under nbval and in plain Python alike.
+        self.image = widgets.Image(format="png")
+        self.widget = widgets.VBox([widgets.HBox([self.position, self.dimension, self.d_model]), self.image])
         self.pe = sinusoidal_encoding(max_len, d_model)
         self.position.observe(self._on_change, names="value")
         self.dimension.observe(self._on_change, names="value")
@@ -96,28 +89,12 @@ class EncodingExplorer:
         self.redraw()
 
     def redraw(self) -> None:
-        """Draw the figure for the current sliders (and show it, inside a notebook)."""
+        """Draw the figure for the current sliders and put its PNG into the image widget."""
         encoding_overview(self.pe, self.position.value, self.dimension.value, fig=self.figure)
         self.n_draws += 1
-        if _in_kernel():
-            self.output.outputs = (self._png_output(),)
-
-    def _png_output(self) -> dict:
-        """The figure as one display_data output for the Output widget.
-
-        The PNG is rendered here (Agg canvas), so it does not depend on the notebook's matplotlib
-        backend having registered a figure formatter. It replaces the Output widget's content in
-        one state update; `with self.output: display(...)` would go through iopub messages, which
-        a headless runner (nbval) files under the cell itself.
-        """
         buffer = io.BytesIO()
-        self.figure.savefig(buffer, format="png", dpi=self.figure.dpi)
-        s = self.state
-        text = (
-            f"<encoding explorer figure: position={s['position']}, dimension={s['dimension']}, d_model={s['d_model']}>"
-        )
-        data = {"image/png": base64.b64encode(buffer.getvalue()).decode("ascii"), "text/plain": text}
-        return {"output_type": "display_data", "data": data, "metadata": {}}
+        self.figure.savefig(buffer, format="png", dpi=self.figure.dpi)  # Agg canvas: any notebook backend
+        self.image.value = buffer.getvalue()
 
     def _ipython_display_(self) -> None:
         from IPython.display import display
