@@ -161,3 +161,86 @@ def layer_norm_statistics(x: Tensor) -> tuple[Tensor, Tensor]:
     check_tensor("x", x, min_dim=1)
     check_float("x", x)
     return x.mean(dim=-1), x.var(dim=-1, unbiased=False)
+
+
+def batch_norm_statistics_per_position(x: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """BatchNorm "per time step": each position's own per-feature statistics over the batch (chapter 04).
+
+    This is how BatchNorm was applied to RNNs unrolled in time (note 000's second and third
+    drawbacks): position t is normalized with the mean and variance of the B vectors found at t.
+    Chapter 04 uses it to show that positions have different statistics, that late positions
+    are estimated from few real tokens, and that a position longer than any training sentence
+    has no statistics at all.
+
+    Args:
+        x: a batch of token vectors.
+        mask: which positions hold real tokens (True) rather than padding; None counts every position.
+
+    Shape:
+        x (B, T, D), mask (B, T) bool or None.
+
+    Returns:
+        mean (T, D), biased variance (T, D), and count (T,) int64, the number of real tokens at each
+        position. Where a position has no real token, mean and variance are NaN.
+    """
+    check_tensor("x", x, dim=3)
+    check_float("x", x)
+    if mask is None:
+        mask = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
+    _check_token_mask(mask, x)
+    weights = mask.to(x.dtype).unsqueeze(-1)  # (B, T, 1)
+    count = mask.sum(dim=0)  # (T,)
+    total = count.to(x.dtype).unsqueeze(-1)  # (T, 1); 0 where no real token, giving NaN below
+    mean = (x * weights).sum(dim=0) / total  # (T, D)
+    var = (((x - mean) ** 2) * weights).sum(dim=0) / total  # (T, D), x - mean broadcasts (B, T, D)
+    return mean, var, count
+
+
+def batch_size_sweep(
+    x: Tensor, mask: Tensor | None, batch_sizes: list[int] | tuple[int, ...], count_padding: bool = False
+) -> dict[str, Tensor]:
+    """Statistics of the first b sequences of a batch, for each b in `batch_sizes` (chapter 04).
+
+    BatchNorm's per-feature statistics depend on which (and how many) sequences share the batch;
+    LayerNorm's per-token statistics of sequence 0 do not. This returns both, so a notebook can
+    measure how far each one moves.
+
+    Args:
+        x: a padded batch of token vectors.
+        mask: real tokens (True) vs padding; None means no padding.
+        batch_sizes: each b must be in [1, B].
+        count_padding: if True, BatchNorm's statistics include padded positions, as
+            `nn.BatchNorm1d` does; if False they use real tokens only, as `tl.BatchNorm(...)(x, mask)`.
+
+    Shape:
+        x (B, T, D), mask (B, T) bool or None.
+
+    Returns:
+        {"batch_norm_mean": (N, D), "batch_norm_var": (N, D), "layer_norm_mean": (N, T),
+        "layer_norm_var": (N, T)} for N = len(batch_sizes); the layer-norm rows are sequence 0's tokens.
+    """
+    check_tensor("x", x, dim=3)
+    check_float("x", x)
+    if mask is not None:
+        _check_token_mask(mask, x)
+    sizes = list(batch_sizes)
+    if not sizes or any(isinstance(b, bool) or not isinstance(b, int) or not 1 <= b <= x.shape[0] for b in sizes):
+        raise ValueError(f"batch_sizes must be a non-empty list of ints in [1, {x.shape[0]}], got {batch_sizes!r}")
+    out: dict[str, list[Tensor]] = {
+        "batch_norm_mean": [],
+        "batch_norm_var": [],
+        "layer_norm_mean": [],
+        "layer_norm_var": [],
+    }
+    for b in sizes:
+        sub_mask = None if (mask is None or count_padding) else mask[:b]
+        mean, var = batch_norm_statistics(x[:b], sub_mask)  # (D,), (D,)
+        ln_mean, ln_var = layer_norm_statistics(x[:b][0])  # (T,), (T,): sequence 0 in a batch of b
+        out["batch_norm_mean"].append(mean)
+        out["batch_norm_var"].append(var)
+        out["layer_norm_mean"].append(ln_mean)
+        out["layer_norm_var"].append(ln_var)
+    return {key: torch.stack(values) for key, values in out.items()}
+
+
+__all__ += ["batch_norm_statistics_per_position", "batch_size_sweep"]

@@ -1,3 +1,303 @@
-"""Figures of the course (see plotting/__init__.py)."""
+"""Figures of chapters 04 and 05: what BatchNorm and LayerNorm average over, their statistics on a
+padded batch, how those statistics move, activations, and gradient norms through a stack.
 
-__all__: list[str] = []
+Shape legend: B batch, T sequence length, D features (d_model).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch, Rectangle
+
+from transformer_lab.normalization import batch_norm_statistics, layer_norm_statistics
+from transformer_lab.plotting.style import CMAP_SIGNED, course_style, curves, heatmap, new_figure, to_numpy
+
+__all__ = [
+    "normalization_axes_cube",
+    "normalization_axes_unfolded",
+    "normalization_statistics",
+    "statistics_sensitivity",
+    "layer_norm_error_vs_width",
+    "activation_functions",
+    "gradient_norms_per_layer",
+    "norm_placement_training",
+]
+
+_REAL = "#c6dbef"  # a real token's cell, not in the statistic
+_PAD = "#d9d9d9"  # a padded cell
+_BATCH = "#d62728"  # the cells of one BatchNorm statistic
+_LAYER = "#2ca02c"  # the cells of one LayerNorm statistic
+
+
+def _lengths_or_full(lengths: Sequence[int] | None, batch: int, length: int) -> list[int]:
+    if lengths is None:
+        return [length] * batch
+    if len(lengths) != batch or any(not 1 <= n <= length for n in lengths):
+        raise ValueError(f"lengths must be {batch} ints in [1, {length}], got {list(lengths)!r}")
+    return list(lengths)
+
+
+def normalization_axes_cube(
+    batch: int = 3, length: int = 5, features: int = 6, lengths: Sequence[int] | None = (5, 3, 4)
+) -> Figure:
+    """The (B, T, D) block drawn in 3-D twice: the cells BatchNorm averages for one feature (a slab
+    across every sequence and position), and the cells LayerNorm averages for one token (a rod
+    along the features). Padded cells are grey and see-through (chapter 04).
+
+    Args:
+        batch, length, features: B, T and D of the drawn block (keep them small).
+        lengths: the real length of each sequence (the rest is padding), or None for no padding.
+    """
+    lengths = _lengths_or_full(lengths, batch, length)
+    real = np.zeros((batch, length, features), dtype=bool)  # (B, T, D)
+    for b, n in enumerate(lengths):
+        real[b, :n] = True
+    feature, token = features // 2, (0, 1)
+    with course_style():
+        fig = new_figure(1, 2, size=(10.0, 4.6))[0]
+        fig.clear()
+        panels = (
+            ("BatchNorm: one mean per feature,\naveraged over B and T", _BATCH, "batch"),
+            ("LayerNorm: one mean per token,\naveraged over D", _LAYER, "layer"),
+        )
+        for i, (title, colour, kind) in enumerate(panels):
+            ax = fig.add_subplot(1, 2, i + 1, projection="3d")
+            chosen = np.zeros_like(real)
+            if kind == "batch":
+                chosen[:, :, feature] = real[:, :, feature]  # every real token, one feature
+            else:
+                chosen[token[0], token[1], :] = True  # one token, every feature
+            colours = np.empty(real.shape, dtype=object)
+            colours[real] = _REAL + "55"
+            colours[~real] = _PAD + "40"
+            colours[chosen] = colour + "e6"
+            # axes of the drawing: x = T (positions), y = B (sequences), z = D (features)
+            filled = np.ones_like(real).transpose(1, 0, 2)  # (T, B, D)
+            ax.voxels(filled, facecolors=colours.transpose(1, 0, 2), edgecolor="#555555", linewidth=0.3)
+            ax.set_xlabel("T (position)")
+            ax.set_ylabel("B (sequence)")
+            ax.set_zlabel("D (feature)")
+            ax.set_title(title)
+            ax.view_init(elev=22, azim=-58)
+            ax.set_box_aspect((length, batch, features))
+            ax.set_xticks([])
+            ax.set_yticks([])
+            ax.set_zticks([])
+        fig.legend(
+            handles=[
+                Patch(color=_BATCH, label="cells of one BatchNorm statistic"),
+                Patch(color=_LAYER, label="cells of one LayerNorm statistic"),
+                Patch(color=_PAD, label="padding"),
+            ],
+            loc="lower center",
+            ncol=3,
+        )
+    return fig
+
+
+def normalization_axes_unfolded(
+    batch: int = 3, length: int = 5, features: int = 6, lengths: Sequence[int] | None = (5, 3, 4)
+) -> Figure:
+    """The (B, T, D) block unfolded into B grids of T x D cells, drawn twice: top row, the cells of one
+    BatchNorm statistic (one feature, every real token of every sequence); bottom row, the cells of
+    one LayerNorm statistic (one token, every feature). Padded cells are grey and hatched (chapter 04).
+    """
+    lengths = _lengths_or_full(lengths, batch, length)
+    feature, token = features // 2, (0, 1)
+    fig, axes = new_figure(2, batch, size=(2.3 * batch + 0.6, 5.6))
+    with course_style():
+        for row, (name, colour) in enumerate((("BatchNorm", _BATCH), ("LayerNorm", _LAYER))):
+            for b in range(batch):
+                ax = axes[row, b]
+                for t in range(length):
+                    for d in range(features):
+                        padded = t >= lengths[b]
+                        if row == 0:
+                            chosen = d == feature and not padded
+                        else:
+                            chosen = (b, t) == token
+                        face = colour if chosen else (_PAD if padded else _REAL)
+                        ax.add_patch(
+                            Rectangle((d, t), 1, 1, facecolor=face, edgecolor="white", hatch="//" if padded else None)
+                        )
+                ax.set_xlim(0, features)
+                ax.set_ylim(length, 0)
+                ax.set_aspect("equal")
+                ax.set_xticks(np.arange(features) + 0.5, [str(d) for d in range(features)])
+                ax.set_yticks(np.arange(length) + 0.5, [str(t) for t in range(length)])
+                ax.set_xlabel("feature d")
+                if b == 0:
+                    ax.set_ylabel(f"{name}\nposition t")
+                ax.set_title(f"sequence b={b} (length {lengths[b]})", fontsize=9)
+        fig.suptitle(
+            "BatchNorm (red): one statistic per feature, over every real token of the batch\n"
+            "LayerNorm (green): one statistic per token, over its own features; grey = padding"
+        )
+    return fig
+
+
+def normalization_statistics(x: torch.Tensor, mask: torch.Tensor | None = None, feature_limit: int = 16) -> Figure:
+    """BatchNorm's per-feature statistics beside LayerNorm's per-token statistics, on one padded batch.
+
+    Top row: the per-feature mean and variance over the batch (the first `feature_limit` features),
+    computed over real tokens only (`tl.BatchNorm(D)(x, mask)`) and counting padding too (what
+    `nn.BatchNorm1d` does). Bottom row: the per-token mean and variance, one per (sequence,
+    position), with padded positions blank (chapter 04).
+
+    Shape:
+        x (B, T, D), mask (B, T) bool (True = real token) or None.
+    """
+    mean_real, var_real = batch_norm_statistics(x, mask)  # (D,), (D,)
+    mean_all, var_all = batch_norm_statistics(x)  # (D,), (D,): padding counted
+    token_mean, token_var = layer_norm_statistics(x)  # (B, T), (B, T)
+    if mask is not None:
+        token_mean = token_mean.masked_fill(~mask, float("nan"))
+        token_var = token_var.masked_fill(~mask, float("nan"))
+    n = min(feature_limit, x.shape[-1])
+    fig, axes = new_figure(2, 2, size=(11.0, 7.0))
+    with course_style():
+        features = np.arange(n)
+        for ax, real, counted, what in (
+            (axes[0, 0], mean_real, mean_all, "mean"),
+            (axes[0, 1], var_real, var_all, "variance"),
+        ):
+            ax.bar(features - 0.2, to_numpy(real)[:n], width=0.4, label="real tokens only (tl.BatchNorm + mask)")
+            ax.bar(features + 0.2, to_numpy(counted)[:n], width=0.4, label="padding counted (nn.BatchNorm1d)")
+            ax.set_title(f"BatchNorm: per-feature {what} ({x.shape[-1]} numbers)")
+            ax.set_xlabel("feature d")
+            ax.set_ylabel(what)
+            ax.axhline(0.0, color="black", linewidth=0.6)
+        axes[0, 0].legend(fontsize=8)
+    b, t = x.shape[:2]
+    heatmap(
+        axes[1, 0],
+        token_mean,
+        title=f"LayerNorm: per-token mean ({b} x {t} numbers)",
+        x_title="position t",
+        y_title="sequence b",
+        cmap=CMAP_SIGNED,
+        vmin=-float(np.nanmax(np.abs(to_numpy(token_mean)))),
+        vmax=float(np.nanmax(np.abs(to_numpy(token_mean)))),
+    )
+    heatmap(
+        axes[1, 1],
+        token_var,
+        title="LayerNorm: per-token variance (blank = padding)",
+        x_title="position t",
+        y_title="sequence b",
+    )
+    return fig
+
+
+def statistics_sensitivity(
+    by_batch_size: Mapping[str, tuple[Sequence[float], Sequence[float]]],
+    by_padding: Mapping[str, tuple[Sequence[float], Sequence[float]]],
+    y_title: str = "mean |change| of the statistic",
+) -> Figure:
+    """Two panels of curves: how far each normalization's statistics move as the batch size grows,
+    and as padding is added (chapter 04).
+
+    Args:
+        by_batch_size: {name: (batch sizes, change)}, drawn with a log2 x axis.
+        by_padding: {name: (padding fractions or lengths, change)}.
+    """
+    fig, axes = new_figure(1, 2, size=(11.0, 3.8))
+    curves(axes[0, 0], by_batch_size, title="statistics vs batch size", x_title="batch size", y_title=y_title)
+    axes[0, 0].set_xscale("log", base=2)
+    curves(
+        axes[0, 1], by_padding, title="statistics vs padding", x_title="fraction of padded positions", y_title=y_title
+    )
+    for ax in axes[0]:
+        for line in ax.get_lines():
+            line.set_marker("o")
+        ax.legend(fontsize=8)
+    return fig
+
+
+def layer_norm_error_vs_width(d_models: Sequence[int], errors: Mapping[str, Sequence[float]]) -> Figure:
+    """Largest difference from `nn.LayerNorm` against d_model, log-log (chapter 04: the notes' unbiased std).
+
+    Args:
+        d_models: the widths measured.
+        errors: {name of the implementation: max |difference| at each width}; zeros are drawn at 1e-17.
+    """
+    fig, axes = new_figure(size=(6.0, 3.8))
+    ax = axes[0, 0]
+    series = {name: (list(d_models), np.maximum(to_numpy(values), 1e-17)) for name, values in errors.items()}
+    curves(ax, series, title="difference from nn.LayerNorm", x_title="d_model", y_title="max |difference|", log_y=True)
+    ax.set_xscale("log", base=2)
+    for line in ax.get_lines():
+        line.set_marker("o")
+    return fig
+
+
+def activation_functions(names: Sequence[str] = ("relu", "gelu"), x_range: tuple[float, float] = (-4.0, 4.0)) -> Figure:
+    """The FFN's activation functions on one axes, e.g. ReLU (the paper) and GELU (GPT, note 004) (chapter 05)."""
+    known = {
+        "relu": ("ReLU", F.relu),
+        "gelu": ("GELU (exact, erf)", F.gelu),
+        "gelu_tanh": ("GELU (tanh approximation)", lambda v: F.gelu(v, approximate="tanh")),
+        "silu": ("SiLU / Swish", F.silu),
+    }
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise ValueError(f"names must be among {sorted(known)}, got {unknown}")
+    xs = torch.linspace(x_range[0], x_range[1], 401, dtype=torch.float64)
+    fig, axes = new_figure(size=(5.6, 3.8))
+    ax = axes[0, 0]
+    curves(ax, {known[n][0]: (xs.tolist(), known[n][1](xs)) for n in names}, title="activation functions", x_title="x")
+    ax.set_ylabel("activation(x)")
+    ax.axhline(0.0, color="black", linewidth=0.5)
+    ax.axvline(0.0, color="black", linewidth=0.5)
+    return fig
+
+
+def gradient_norms_per_layer(
+    series: Mapping[str, Sequence[float]], title: str = "gradient norm per layer", ax: Axes | None = None
+) -> Figure:
+    """Gradient norm of each layer's parameters, layer 1 nearest the input, log scale (chapter 05).
+
+    Args:
+        series: {name: one norm per layer}.
+    """
+    if ax is None:
+        ax = new_figure(size=(6.4, 3.8))[1][0, 0]
+    data = {name: (list(range(1, len(v) + 1)), np.maximum(to_numpy(v), 1e-30)) for name, v in series.items()}
+    curves(ax, data, title=title, x_title="layer (1 = nearest the input)", y_title="||gradient||", log_y=True)
+    for line in ax.get_lines():
+        line.set_marker("o")
+        line.set_markersize(3)
+    return ax.figure
+
+
+def norm_placement_training(
+    losses: Mapping[str, Sequence[float]], grad_norms: Mapping[str, Sequence[float]], smooth: int = 5
+) -> Figure:
+    """Post-Norm vs Pre-Norm: loss curves (left) and per-layer gradient norms at the first step (right).
+
+    Args:
+        losses: {run name: loss at each step}; drawn with a moving average over `smooth` steps
+            (the raw curve faint behind it).
+        grad_norms: {run name: one gradient norm per layer}.
+    """
+    if smooth < 1:
+        raise ValueError(f"smooth must be >= 1, got {smooth}")
+    fig, axes = new_figure(1, 2, size=(11.5, 4.0))
+    ax = axes[0, 0]
+    smoothed = {}
+    for name, values in losses.items():
+        v = to_numpy(values)
+        kernel = np.ones(min(smooth, len(v))) / min(smooth, len(v))
+        smoothed[name] = (list(range(smooth - 1, len(v))), np.convolve(v, kernel, mode="valid"))
+    curves(ax, smoothed, title=f"training loss (moving average of {smooth})", x_title="step", y_title="cross-entropy")
+    with course_style():
+        for line, values in zip(ax.get_lines(), losses.values(), strict=True):
+            ax.plot(range(len(values)), to_numpy(values), color=line.get_color(), alpha=0.2, linewidth=0.8)
+    gradient_norms_per_layer(grad_norms, title="gradient norm per layer, first step", ax=axes[0, 1])
+    return fig
