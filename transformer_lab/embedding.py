@@ -100,3 +100,116 @@ class PositionalEncoding(nn.Module):
                 "build the model with a larger max_len"
             )
         return self.dropout(x + self.pe[start : start + length].to(x.dtype))  # (B, L, D)
+
+
+# --- Chapter 08 extras: the three denominators of note 002, the rotation of PE, learned positions ---
+
+__all__ += ["FREQUENCY_METHODS", "inverse_frequencies", "rotation_matrix", "LearnedPositionalEmbedding"]
+
+#: The three ways note 002 computes the frequencies 1 / 10000^(2i / d_model), by name.
+FREQUENCY_METHODS = ("exp_log", "torch_pow", "pow_operator")
+
+
+def inverse_frequencies(d_model: int, method: str = "exp_log", dtype: torch.dtype = torch.float32) -> Tensor:
+    """The frequencies 1 / 10000^(2i / d_model) of the sinusoidal encoding, one per pair of dimensions (chapter 08).
+
+    Note 002 lists three ways to compute them; all three are here, computed in `dtype` throughout so
+    chapter 08 can compare them digit by digit:
+
+    - "exp_log":      exp(2i * -(ln 10000 / d_model))       (the Annotated Transformer's form)
+    - "torch_pow":    torch.pow(10000, -2i / d_model)
+    - "pow_operator": 10000 ** (-2i / d_model)               (Python's `**`, which calls torch.pow)
+
+    Args:
+        d_model: D, any positive int (odd works: the last dimension gets a sine only).
+        method: one of FREQUENCY_METHODS.
+        dtype: torch.float32 (what note 002 uses) or torch.float64.
+
+    Shape:
+        -> (ceil(D / 2),): entry i is the frequency of dimensions 2i and 2i + 1.
+    """
+    check_positive_int("d_model", d_model)
+    if method not in FREQUENCY_METHODS:
+        raise ValueError(f"method must be one of {FREQUENCY_METHODS}, got {method!r}")
+    if dtype not in (torch.float32, torch.float64):
+        raise TypeError(f"dtype must be torch.float32 or torch.float64, got {dtype}")
+    two_i = torch.arange(0, d_model, 2, dtype=dtype)  # (ceil(D/2),) the even indices 0, 2, 4, ...
+    if method == "exp_log":
+        return torch.exp(two_i * -(math.log(10000.0) / d_model))
+    if method == "torch_pow":
+        return torch.pow(10000, -two_i / d_model)
+    return 10000 ** (-two_i / d_model)
+
+
+def rotation_matrix(d_model: int, offset: int, dtype: torch.dtype = torch.float64) -> Tensor:
+    """The (D, D) matrix R_k with PE(pos + k) = R_k @ PE(pos) for every pos (chapter 08).
+
+    Dimensions 2i and 2i + 1 hold (sin(pos * w_i), cos(pos * w_i)); moving k positions on turns that
+    pair by the angle k * w_i, so R_k is block-diagonal with one 2 x 2 block per pair:
+        [[ cos(k w_i), sin(k w_i)],
+         [-sin(k w_i), cos(k w_i)]]
+    R_k depends on k only, not on pos: this is why a linear map can attend by relative position.
+
+    Args:
+        d_model: D, even (with an odd D the last dimension is a sine without its cosine partner, and no
+            matrix maps PE(pos) to PE(pos + k)).
+        offset: k, any int (negative moves back; R_{-k} is the inverse, and the transpose, of R_k).
+        dtype: dtype of the result (the frequencies are computed in float64 first).
+
+    Shape:
+        -> (D, D).
+    """
+    check_positive_int("d_model", d_model)
+    if d_model % 2:
+        raise ValueError(
+            f"d_model must be even for the rotation, got {d_model}: the last dimension of an odd d_model is a sine "
+            "without its cosine partner, so PE(pos + k) is not a linear function of PE(pos) there"
+        )
+    if isinstance(offset, bool) or not isinstance(offset, int):
+        raise TypeError(f"offset must be an int, got {offset!r}")
+    angles = offset * inverse_frequencies(d_model, "exp_log", torch.float64)  # (D/2,) k * w_i
+    cos, sin = torch.cos(angles), torch.sin(angles)
+    rotation = torch.zeros(d_model, d_model, dtype=torch.float64)
+    rotation[0::2, 0::2] = torch.diag(cos)  # new sin <- cos(k w) * sin
+    rotation[0::2, 1::2] = torch.diag(sin)  #          + sin(k w) * cos
+    rotation[1::2, 0::2] = torch.diag(-sin)  # new cos <- -sin(k w) * sin
+    rotation[1::2, 1::2] = torch.diag(cos)  #           + cos(k w) * cos
+    return rotation.to(dtype)
+
+
+class LearnedPositionalEmbedding(nn.Module):
+    """Learned position embeddings: one trainable vector per position, as in GPT / nanoGPT's `wpe` (chapter 08).
+
+    Note 004 reads nanoGPT, whose positions are an `nn.Embedding(block_size, n_embd)` added to the token
+    embeddings. Unlike the sinusoidal table it is a parameter (trained, in the optimizer) and has nothing
+    to say about positions >= max_len: there is no row for them.
+
+    Args:
+        max_len: the number of positions (nanoGPT's block_size).
+        d_model: D.
+
+    Shape:
+        x (B, L, D) with start + L <= max_len -> (B, L, D).
+    """
+
+    def __init__(self, max_len: int, d_model: int) -> None:
+        super().__init__()
+        check_positive_int("max_len", max_len)
+        check_positive_int("d_model", d_model)
+        self.max_len = max_len
+        self.d_model = d_model
+        self.embedding = nn.Embedding(max_len, d_model)  # (max_len, D), one row per position
+        nn.init.normal_(self.embedding.weight, mean=0.0, std=0.02)  # nanoGPT's initialisation
+
+    def forward(self, x: Tensor, start: int = 0) -> Tensor:
+        check_tensor("x", x, dim=3)
+        check_float("x", x)
+        check_last_dim("x", x, self.d_model)
+        length = x.shape[1]
+        if start < 0 or start + length > self.max_len:
+            raise ValueError(
+                f"positions {start}..{start + length - 1} are beyond the {self.max_len} learned positions "
+                f"(max_len={self.max_len}): a learned embedding has no vector for an unseen position"
+            )
+        positions = torch.arange(start, start + length, device=x.device)  # (L,)
+        return x + self.embedding(positions).to(x.dtype)  # (B, L, D) + (L, D) broadcast

@@ -1,3 +1,277 @@
-"""Figures of the course (see plotting/__init__.py)."""
+"""Pictures of embeddings and positional encodings (chapter 08).
 
-__all__: list[str] = []
+Every function takes tensors or arrays (an encoding table is (positions, d_model)), draws on `ax`
+(or `fig` for the multi-panel overview) when given, else on a new figure, and returns the Figure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from transformer_lab.plotting.style import CMAP_SIGNED, course_style, curves, heatmap, new_figure, to_numpy
+
+__all__ = [
+    "encoding_heatmap",
+    "encoding_curves",
+    "position_similarity_heatmap",
+    "position_similarity_curves",
+    "rotation_pairs",
+    "value_histograms",
+    "frequency_errors",
+    "encoding_overview",
+]
+
+
+def _table(pe: object, name: str = "pe") -> np.ndarray:
+    values = to_numpy(pe)
+    if values.ndim == 3 and values.shape[0] == 1:
+        values = values[0]  # a (1, max_len, D) buffer as in the notes
+    if values.ndim != 2:
+        raise ValueError(f"{name} must be a (positions, d_model) table, got shape {values.shape}")
+    return values
+
+
+def _axes(ax: Axes | None, size: tuple[float, float]) -> Axes:
+    if ax is not None:
+        return ax
+    _, axes = new_figure(size=size)
+    return axes[0, 0]
+
+
+def _check_index(name: str, value: int | None, size: int, what: str) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    if not 0 <= value < size:
+        raise ValueError(f"{name} must be in [0, {size}) ({what}), got {value}")
+
+
+def encoding_heatmap(
+    pe: object,
+    title: str = "sinusoidal positional encoding",
+    ax: Axes | None = None,
+    position: int | None = None,
+    dimension: int | None = None,
+) -> Figure:
+    """The encoding table as a picture: one row per position, one column per dimension, values in [-1, 1].
+
+    Args:
+        pe: (positions, D) table (a (1, positions, D) buffer works too).
+        position, dimension: draw a line at this row / column (the widget's current choice).
+    """
+    values = _table(pe)
+    _check_index("position", position, values.shape[0], "a row of the table")
+    _check_index("dimension", dimension, values.shape[1], "a column of the table")
+    ax = _axes(ax, (6.0, 4.0))
+    limit = max(1.0, float(np.abs(values).max())) if values.size else 1.0
+    heatmap(ax, values, title=title, x_title="dimension", y_title="position", cmap=CMAP_SIGNED, vmin=-limit, vmax=limit)
+    with course_style():
+        if position is not None:
+            ax.axhline(position, color="black", lw=1.0)
+        if dimension is not None:
+            ax.axvline(dimension, color="black", lw=1.8, ls="--")
+    return ax.figure
+
+
+def encoding_curves(
+    pe: object,
+    dimensions: Sequence[int] = (0, 1, 4, 5),
+    title: str = "a few dimensions of the encoding",
+    ax: Axes | None = None,
+    position: int | None = None,
+) -> Figure:
+    """Each chosen dimension as a curve over the positions: low dimensions oscillate fast, high ones slowly.
+
+    Args:
+        pe: (positions, D) table.
+        dimensions: which columns to draw.
+        position: mark this position on every curve.
+    """
+    values = _table(pe)
+    if len(dimensions) == 0:
+        raise ValueError("dimensions must name at least one column")
+    for d in dimensions:
+        _check_index("dimensions", d, values.shape[1], "a column of the table")
+    _check_index("position", position, values.shape[0], "a row of the table")
+    ax = _axes(ax, (6.0, 3.2))
+    series = {f"dim {d} ({'sin' if d % 2 == 0 else 'cos'})": values[:, d] for d in dimensions}
+    curves(ax, series, title=title, x_title="position", y_title="PE(position, dim)")
+    with course_style():
+        if len(series) > 1:
+            ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)  # outside: the curves fill the box
+        if position is not None:
+            ax.axvline(position, color="black", lw=0.8, ls="--")
+            ax.plot([position] * len(dimensions), values[position, list(dimensions)], "ko", ms=4)
+    return ax.figure
+
+
+def position_similarity_heatmap(
+    pe: object, title: str = "PE(p) · PE(q) between positions", ax: Axes | None = None
+) -> Figure:
+    """The (positions, positions) matrix of dot products PE(p) · PE(q); constant along each diagonal."""
+    values = _table(pe)
+    dots = values @ values.T  # (P, D) @ (D, P) -> (P, P)
+    ax = _axes(ax, (5.0, 4.2))
+    heatmap(ax, dots, title=title, x_title="position q", y_title="position p", cmap="viridis")
+    return ax.figure
+
+
+def position_similarity_curves(
+    pe: object,
+    positions: Sequence[int] = (0, 10, 30),
+    max_offset: int | None = None,
+    title: str = "PE(p) · PE(p + k) against the offset k",
+    ax: Axes | None = None,
+) -> Figure:
+    """Dot product of PE(p) with PE(p + k) as k grows, one curve per starting position p.
+
+    The curves lie on top of each other: the dot product depends on the offset k only, not on p.
+    """
+    values = _table(pe)
+    n = values.shape[0]
+    if len(positions) == 0:
+        raise ValueError("positions must name at least one starting position")
+    for p in positions:
+        _check_index("positions", p, n, "a row of the table")
+    longest = n - 1 - max(positions)
+    if max_offset is None:
+        max_offset = longest
+    if max_offset < 1 or max_offset > longest:
+        raise ValueError(f"max_offset must be in [1, {longest}] so that p + k stays in the table, got {max_offset}")
+    ks = np.arange(max_offset + 1)
+    series = {f"p = {p}": (ks, values[p + ks] @ values[p]) for p in positions}  # (K, D) @ (D,) -> (K,)
+    ax = _axes(ax, (6.0, 3.2))
+    curves(ax, series, title=title, x_title="offset k", y_title="PE(p) · PE(p + k)")
+    return ax.figure
+
+
+def rotation_pairs(
+    pe: object,
+    position: int,
+    offset: int,
+    pairs: Sequence[int] = (0, 1, 2),
+    title: str = "PE(pos + k) is PE(pos) turned, pair by pair",
+) -> Figure:
+    """One panel per pair of dimensions (2i, 2i + 1): the circle the pair walks on, PE(pos) and PE(pos + k).
+
+    Each pair (sin(pos w_i), cos(pos w_i)) lies on the unit circle; k steps on turn it by the angle
+    k * w_i, the same whatever pos is.
+
+    Args:
+        pe: (positions, D) table with position + offset < positions.
+        pairs: the indices i of the pairs to draw.
+    """
+    values = _table(pe)
+    n, d = values.shape
+    _check_index("position", position, n, "a row of the table")
+    _check_index("position + offset", position + offset, n, "a row of the table")
+    if len(pairs) == 0:
+        raise ValueError("pairs must name at least one pair of dimensions")
+    for i in pairs:
+        _check_index("pairs", i, d // 2, "the index i of dimensions 2i and 2i + 1")
+    fig, axes = new_figure(1, len(pairs), size=(2.9 * len(pairs), 3.1))
+    theta = np.linspace(0.0, 2 * np.pi, 200)
+    with course_style():
+        for ax, i in zip(axes[0], pairs, strict=True):
+            ax.plot(np.cos(theta), np.sin(theta), color="#bbbbbb", lw=0.8)
+            ax.plot(values[:, 2 * i], values[:, 2 * i + 1], ".", color="#9ecae1", ms=2, label="all positions")
+            a, b = values[position, 2 * i : 2 * i + 2], values[position + offset, 2 * i : 2 * i + 2]
+            ax.annotate("", xy=b, xytext=a, arrowprops={"arrowstyle": "->", "color": "#d62728", "lw": 1.4})
+            ax.plot(*a, "o", color="#1f77b4", label=f"pos = {position}")
+            ax.plot(*b, "o", color="#d62728", label=f"pos + {offset}")
+            ax.set_aspect("equal")
+            ax.set_xlim(-1.25, 1.25)
+            ax.set_ylim(-1.25, 1.25)
+            ax.set_title(f"dims {2 * i}, {2 * i + 1}")
+            ax.set_xlabel(f"sin (dim {2 * i})")
+            ax.set_ylabel(f"cos (dim {2 * i + 1})")
+        axes[0, -1].legend(loc="lower left", fontsize=7)
+        fig.suptitle(title)
+    return fig
+
+
+def value_histograms(
+    series: Mapping[str, object],
+    title: str = "values that get added together",
+    bins: int = 60,
+    ax: Axes | None = None,
+) -> Figure:
+    """Overlaid histograms of the entries of several tensors (e.g. a scaled embedding and the encoding)."""
+    if not series:
+        raise ValueError("series must hold at least one named tensor")
+    ax = _axes(ax, (6.0, 3.2))
+    with course_style():
+        arrays = {name: to_numpy(values).ravel() for name, values in series.items()}
+        everything = np.concatenate(list(arrays.values()))
+        edges = np.linspace(everything.min(), everything.max(), bins + 1) if everything.size else bins
+        for name, values in arrays.items():
+            ax.hist(values, bins=edges, alpha=0.55, density=True, label=name)  # shared bins: comparable heights
+        ax.set_title(title)
+        ax.set_xlabel("value of one entry")
+        ax.set_ylabel("density")
+        ax.legend(fontsize=8)
+    return ax.figure
+
+
+def frequency_errors(
+    errors: Mapping[str, object],
+    title: str = "relative error of the float32 frequencies",
+    ax: Axes | None = None,
+) -> Figure:
+    """Relative errors per frequency index i, one curve per method, on a log scale (zeros drawn at 1e-12)."""
+    if not errors:
+        raise ValueError("errors must hold at least one named curve")
+    ax = _axes(ax, (6.0, 3.2))
+    series = {name: np.maximum(to_numpy(values), 1e-12) for name, values in errors.items()}
+    curves(ax, series, title=title, x_title="frequency index i (dimensions 2i, 2i + 1)", y_title="|error| / value")
+    with course_style():
+        ax.set_yscale("log")
+        ax.axhline(2.0**-24, color="black", lw=0.8, ls=":")
+        ax.text(0, 2.0**-24, " half a float32 ulp", va="bottom", fontsize=7)
+    return ax.figure
+
+
+def encoding_overview(pe: object, position: int, dimension: int, fig: Figure | None = None) -> Figure:
+    """Three panels for the encoding explorer: the table, one dimension over positions, dot products with one position.
+
+    Args:
+        pe: (positions, D) table.
+        position: the chosen position (a row).
+        dimension: the chosen dimension (a column).
+        fig: draw into this figure (cleared first), as the widget does on every change; default a new one.
+    """
+    values = _table(pe)
+    n, d = values.shape
+    _check_index("position", position, n, "a row of the table")
+    _check_index("dimension", dimension, d, "a column of the table")
+    if fig is None:
+        fig, _ = new_figure(1, 3, size=(12.0, 3.4))
+    fig.clear()
+    with course_style():
+        axes = fig.subplots(1, 3)
+    encoding_heatmap(values, title=f"encoding, d_model = {d}", ax=axes[0], position=position, dimension=dimension)
+    i = dimension // 2
+    wavelength = 2 * np.pi * 10000.0 ** (2 * i / d)
+    encoding_curves(
+        values,
+        (dimension,),
+        title=f"dim {dimension}: wavelength {wavelength:.1f} positions",
+        ax=axes[1],
+        position=position,
+    )
+    dots = values @ values[position]  # (P, D) @ (D,) -> (P,)
+    curves(
+        axes[2],
+        {f"PE({position}) · PE(q)": (np.arange(n), dots)},
+        title=f"dot product with position {position}",
+        x_title="position q",
+        y_title="dot product",
+    )
+    with course_style():
+        axes[2].axvline(position, color="black", lw=0.8, ls="--")
+    return fig
