@@ -173,3 +173,15 @@ def test_repo2docker_dry_run(tmp_path):
     # The requirements layer is built before the repository is copied in, so Binder can cache it.
     assert out.index('-r "binder/requirements.txt"') < out.index("COPY --chown=1000:1000 src/ ${REPO_DIR}/")
     assert "RUN ./binder/postBuild" in out
+
+
+def test_readme_badge_opens_the_start_notebook_on_binder():
+    """The README's Binder link opens JupyterLab at the first chapter, which exists."""
+    readme = (ROOT / "README.md").read_text()
+    links = re.findall(r"https://mybinder\.org/v2/gh/[^\s)]+", readme)
+    assert links, "README.md has no mybinder.org link (see docs/teaching.md, section Binder)"
+    for link in links:
+        match = re.fullmatch(r"https://mybinder\.org/v2/gh/([^/]+)/([^/]+)/HEAD\?urlpath=lab/tree/(\S+)", link)
+        assert match, f"expected https://mybinder.org/v2/gh/OWNER/REPO/HEAD?urlpath=lab/tree/<notebook>, got {link}"
+        assert match.group(3) == "notebooks/00_start_here.ipynb", link
+    assert (ROOT / "notebooks" / "00_start_here.ipynb").is_file()
