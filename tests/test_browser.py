@@ -229,6 +229,14 @@ CHANGED = """([cell, before]) => {
     const state = JSON.parse((WIDGET_STATE)(cell)), old = JSON.parse(before);
     return (state.images.length > 0 || state.text.trim() !== '') && JSON.stringify(state) !== before;
 }""".replace("(WIDGET_STATE)", f"({WIDGET_STATE})")
+# Every queued update drawn: the kernel idle and what the widget shows unchanged for 1.5 s.
+SETTLED = """(cell) => {
+    const idle = [...document.querySelectorAll('.jp-StatusBar-TextItem')]
+        .some(item => /Python 3.*\\|\\s*Idle/.test(item.textContent));
+    const now = (WIDGET_STATE)(cell) + idle, memo = window.__settled || (window.__settled = {state: null, since: 0});
+    if (memo.state !== now) { memo.state = now; memo.since = Date.now(); return false; }
+    return idle && Date.now() - memo.since > 1500;
+}""".replace("(WIDGET_STATE)", f"({WIDGET_STATE})")
 KERNEL_IDLE = """() => [...document.querySelectorAll('.jp-StatusBar-TextItem')]
     .some(item => /Python 3.*\\|\\s*Idle/.test(item.textContent))"""
 
@@ -306,7 +314,7 @@ def test_widgets_work_in_jupyterlab(path, lab, browser):
         for _ in range(3):
             handle.press("ArrowRight")
         page.wait_for_function(CHANGED, arg=[cell.element_handle(), before], timeout=120_000, polling=200)
-        page.wait_for_function(KERNEL_IDLE, timeout=120_000, polling=200)  # the last of the updates is drawn
+        page.wait_for_function(SETTLED, arg=cell.element_handle(), timeout=180_000, polling=250)
         page.wait_for_function(
             "(cell) => [...cell.querySelectorAll('img')].every(img => img.complete)", arg=cell.element_handle()
         )

@@ -145,6 +145,24 @@ def test_exercise_cells_fit_nbgrader(path):
         )
 
 
+@pytest.mark.parametrize("path", chapters(NOTEBOOKS))
+def test_markers_only_in_their_cells(path):
+    """nbgrader acts on these words in any cell (even in prose), so they may appear only where they belong."""
+    path = need(path)
+    for index, cell in enumerate(nbformat.read(path, as_version=4).cells):
+        meta = classroom.nbgrader_meta(cell)
+        allowed = set()
+        if meta.get("solution") and cell.cell_type == "code":
+            allowed |= {"BEGIN SOLUTION", "END SOLUTION"}
+        if meta.get("grade") and cell.cell_type == "code":
+            allowed |= {"BEGIN HIDDEN TESTS", "END HIDDEN TESTS"}
+        for marker in ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"):
+            assert marker in allowed or marker not in cell.source, (
+                f"{path.name} cell {index} ({cell.cell_type}) contains {marker!r}: nbgrader would treat it as a "
+                "marker (and refuse a solution region outside a solution cell); rephrase it"
+            )
+
+
 def classroom_exercise_type():
     from transformer_lab.exercises import Exercise
 
