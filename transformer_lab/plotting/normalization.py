@@ -13,7 +13,8 @@ import torch
 import torch.nn.functional as F
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.patches import Patch, Rectangle
+from matplotlib.patches import Rectangle
+from matplotlib.ticker import ScalarFormatter
 
 from transformer_lab.normalization import batch_norm_statistics, layer_norm_statistics
 from transformer_lab.plotting.style import CMAP_SIGNED, course_style, curves, heatmap, new_figure, to_numpy
@@ -29,7 +30,7 @@ __all__ = [
     "norm_placement_training",
 ]
 
-_REAL = "#c6dbef"  # a real token's cell, not in the statistic
+_REAL = "#9ecae1"  # a real token's cell, not in the statistic
 _PAD = "#d9d9d9"  # a padded cell
 _BATCH = "#d62728"  # the cells of one BatchNorm statistic
 _LAYER = "#2ca02c"  # the cells of one LayerNorm statistic
@@ -60,11 +61,11 @@ def normalization_axes_cube(
         real[b, :n] = True
     feature, token = features // 2, (0, 1)
     with course_style():
-        fig = new_figure(1, 2, size=(10.0, 4.6))[0]
+        fig = new_figure(1, 2, size=(10.0, 5.0))[0]
         fig.clear()
         panels = (
-            ("BatchNorm: one mean per feature,\naveraged over B and T", _BATCH, "batch"),
-            ("LayerNorm: one mean per token,\naveraged over D", _LAYER, "layer"),
+            ("BatchNorm (red): one mean per feature,\naveraged over B and T", _BATCH, "batch"),
+            ("LayerNorm (green): one mean per token,\naveraged over D", _LAYER, "layer"),
         )
         for i, (title, colour, kind) in enumerate(panels):
             ax = fig.add_subplot(1, 2, i + 1, projection="3d")
@@ -74,8 +75,8 @@ def normalization_axes_cube(
             else:
                 chosen[token[0], token[1], :] = True  # one token, every feature
             colours = np.empty(real.shape, dtype=object)
-            colours[real] = _REAL + "55"
-            colours[~real] = _PAD + "40"
+            colours[real] = _REAL + "80"
+            colours[~real] = "#ffffff10"  # padding: nearly transparent, only its edges show
             colours[chosen] = colour + "e6"
             # axes of the drawing: x = T (positions), y = B (sequences), z = D (features)
             filled = np.ones_like(real).transpose(1, 0, 2)  # (T, B, D)
@@ -85,19 +86,11 @@ def normalization_axes_cube(
             ax.set_zlabel("D (feature)")
             ax.set_title(title)
             ax.view_init(elev=22, azim=-58)
-            ax.set_box_aspect((length, batch, features))
+            ax.set_box_aspect((length, batch, features), zoom=0.85)
             ax.set_xticks([])
             ax.set_yticks([])
             ax.set_zticks([])
-        fig.legend(
-            handles=[
-                Patch(color=_BATCH, label="cells of one BatchNorm statistic"),
-                Patch(color=_LAYER, label="cells of one LayerNorm statistic"),
-                Patch(color=_PAD, label="padding"),
-            ],
-            loc="lower center",
-            ncol=3,
-        )
+        fig.suptitle("the (B, T, D) block; empty cells = padding (sequences 1 and 2 are shorter)")
     return fig
 
 
@@ -198,7 +191,7 @@ def normalization_statistics(x: torch.Tensor, mask: torch.Tensor | None = None, 
 def statistics_sensitivity(
     by_batch_size: Mapping[str, tuple[Sequence[float], Sequence[float]]],
     by_padding: Mapping[str, tuple[Sequence[float], Sequence[float]]],
-    y_title: str = "mean |change| of the statistic",
+    y_title: str = "distance from the reference",
 ) -> Figure:
     """Two panels of curves: how far each normalization's statistics move as the batch size grows,
     and as padding is added (chapter 04).
@@ -210,6 +203,7 @@ def statistics_sensitivity(
     fig, axes = new_figure(1, 2, size=(11.0, 3.8))
     curves(axes[0, 0], by_batch_size, title="statistics vs batch size", x_title="batch size", y_title=y_title)
     axes[0, 0].set_xscale("log", base=2)
+    axes[0, 0].xaxis.set_major_formatter(ScalarFormatter())
     curves(
         axes[0, 1], by_padding, title="statistics vs padding", x_title="fraction of padded positions", y_title=y_title
     )
@@ -232,6 +226,7 @@ def layer_norm_error_vs_width(d_models: Sequence[int], errors: Mapping[str, Sequ
     series = {name: (list(d_models), np.maximum(to_numpy(values), 1e-17)) for name, values in errors.items()}
     curves(ax, series, title="difference from nn.LayerNorm", x_title="d_model", y_title="max |difference|", log_y=True)
     ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(ScalarFormatter())
     for line in ax.get_lines():
         line.set_marker("o")
     return fig
