@@ -65,3 +65,24 @@ def test_bad_arguments_are_refused() -> None:
         tl.widgets.encoding_explorer(max_len=10, position=10)
     with pytest.raises(ValueError, match="dimension"):
         tl.widgets.encoding_explorer(d_model=8, dimension=8)
+
+
+def test_inside_a_kernel_the_output_widget_holds_exactly_the_latest_figure(monkeypatch: pytest.MonkeyPatch) -> None:
+    import IPython
+    from IPython.core.formatters import DisplayFormatter
+
+    from transformer_lab.widgets import encoding as module
+
+    class FakeShell:
+        display_formatter = DisplayFormatter()
+
+    monkeypatch.setattr(module, "_in_kernel", lambda: True)
+    monkeypatch.setattr(IPython, "get_ipython", lambda: FakeShell())
+    explorer = tl.widgets.encoding_explorer(d_model=8, max_len=20, position=1, dimension=0)
+    assert len(explorer.output.outputs) == 1
+    explorer.position.value = 7
+    explorer.dimension.value = 5
+    outputs = explorer.output.outputs
+    assert len(outputs) == 1 and outputs[0]["output_type"] == "display_data"  # replaced, never appended
+    assert "Figure" in outputs[0]["data"]["text/plain"]
+    assert explorer.n_draws == 3
