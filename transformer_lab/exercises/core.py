@@ -146,14 +146,20 @@ def _snapshot(value: Any) -> Any:
         return value.detach().clone()
     if isinstance(value, (tuple, list)):
         return type(value)(_snapshot(v) for v in value)
+    if isinstance(value, dict):
+        return {key: _snapshot(v) for key, v in value.items()}
     return None
 
 
 def _changed(before: Any, after: Any) -> bool:
     if isinstance(before, Tensor):
+        if not isinstance(after, Tensor):
+            return True
         return not (before.shape == after.shape and torch.equal(before.nan_to_num(), after.detach().nan_to_num()))
     if isinstance(before, (tuple, list)):
         return any(_changed(b, a) for b, a in zip(before, after, strict=False))
+    if isinstance(before, dict):
+        return any(_changed(b, after.get(key)) for key, b in before.items() if isinstance(after, dict))
     return False
 
 

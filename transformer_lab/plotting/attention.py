@@ -5,12 +5,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from transformer_lab.plotting.style import CMAP_MASK, CMAP_WEIGHTS, heatmap, new_figure, to_numpy
+from transformer_lab.plotting.style import CMAP_MASK, CMAP_WEIGHTS, course_style, heatmap, new_figure, to_numpy
 
-__all__ = ["attention_heatmap", "attention_grid", "mask_picture", "mask_grid"]
+__all__ = [
+    "attention_heatmap",
+    "attention_grid",
+    "mask_picture",
+    "mask_grid",
+    "softmax_saturation",
+    "score_variance",
+]
 
 
 def attention_heatmap(
@@ -126,6 +134,11 @@ def mask_picture(
         vmax=1,
         colorbar=False,
     )
+    # unlabelled axes count positions 0, 1, ... (never fractional ticks)
+    if key_labels is None:
+        ax.set_xticks(range(values.shape[1]))
+    if query_labels is None:
+        ax.set_yticks(range(values.shape[0]))
     # a grid between cells makes the single positions countable
     ax.set_xticks(np.arange(-0.5, values.shape[1], 1), minor=True)
     ax.set_yticks(np.arange(-0.5, values.shape[0], 1), minor=True)
@@ -135,10 +148,105 @@ def mask_picture(
 
 
 def mask_grid(masks: dict[str, object], key_labels: Sequence[str] | None = None, title: str = "") -> Figure:
-    """Several 2-D masks side by side, e.g. {"padding": ..., "causal": ..., "padding & causal": ...}."""
+    """Several 2-D masks side by side, e.g. {"padding": ..., "causal": ..., "padding & causal": ...}.
+
+    Each mask is (T, S) with T queries and S keys; a mask before broadcasting may have one row
+    (e.g. a (1, S) padding mask, drawn as a single strip). `key_labels` label the columns, and the
+    rows too when a mask is square.
+    """
+    if not isinstance(masks, dict) or not masks:
+        raise ValueError("masks must be a non-empty dict {title: 2-D mask}")
     fig, axes = new_figure(1, len(masks), size=(3.2 * len(masks), 3.2))
     for ax, (name, mask) in zip(axes[0], masks.items(), strict=True):
-        mask_picture(mask, key_labels, key_labels, title=name, ax=ax)
+        rows = to_numpy(mask).shape[0]
+        query_labels = key_labels if key_labels is not None and len(key_labels) == rows else None
+        mask_picture(mask, key_labels, query_labels, title=name, ax=ax)
     if title:
         fig.suptitle(title)
+    return fig
+
+
+def softmax_saturation(
+    scores: object, scales: Sequence[float], title: str = "softmax saturates as scores grow"
+) -> Figure:
+    """Why attention divides by sqrt(d_k) (chapter 01): softmax(scale * scores) for growing scales.
+
+    Left: the weights over the keys for each scale; they collapse onto the largest score.
+    Right: the largest weight, and the largest entry of the softmax Jacobian d p_i / d s_j
+    (the gradient that flows back to the scores), against the scale: when the softmax saturates,
+    its gradient vanishes.
+
+    Args:
+        scores: (S,) one query's scores over S keys.
+        scales: the factors to multiply the scores by (e.g. 0.5, 1, 2, 4, 8, 16).
+    """
+    values = torch.as_tensor(to_numpy(scores), dtype=torch.float64)
+    if values.ndim != 1 or values.numel() < 2:
+        raise ValueError(f"scores must be a 1-D vector of at least 2 scores, got shape {tuple(values.shape)}")
+    factors = [float(f) for f in scales]
+    if not factors or any(f <= 0 for f in factors):
+        raise ValueError(f"scales must be a non-empty sequence of positive numbers, got {list(scales)}")
+    fig, axes = new_figure(1, 2, size=(9.0, 3.4))
+    left, right = axes[0]
+    largest_weight, largest_gradient = [], []
+    with course_style():
+        keys = np.arange(values.numel())
+        for factor in factors:
+            p = torch.softmax(values * factor, dim=0)  # (S,)
+            jacobian = torch.diag(p) - torch.outer(p, p)  # d p_i / d s_j, (S, S)
+            largest_weight.append(float(p.max()))
+            largest_gradient.append(float(jacobian.abs().max()))
+            left.plot(keys, p.numpy(), marker="o", label=f"x {factor:g}")
+        left.set_xticks(keys)
+        left.set_xlabel("key")
+        left.set_ylabel("weight")
+        left.set_title("softmax(scale * scores)")
+        left.legend(fontsize=8)
+        right.plot(factors, largest_weight, marker="o", label="largest weight")
+        right.plot(factors, largest_gradient, marker="s", label="largest |d weight / d score|")
+        right.set_xscale("log", base=2)
+        right.set_xlabel("scale of the scores")
+        right.set_ylabel("value")
+        right.set_title("saturation kills the gradient")
+        right.legend(fontsize=8)
+        fig.suptitle(title)
+    return fig
+
+
+def score_variance(
+    d_k: Sequence[int],
+    unscaled: Sequence[float],
+    scaled: Sequence[float],
+    title: str = "variance of q . k for random unit-variance vectors",
+) -> Figure:
+    """The measured variance of dot-product scores against d_k (chapter 01).
+
+    For q, k with independent unit-variance entries, Var(q . k) = d_k, and Var(q . k / sqrt(d_k)) = 1.
+    The dashed line draws y = d_k for reference.
+
+    Args:
+        d_k: the vector sizes measured.
+        unscaled: the measured variance of q . k for each d_k.
+        scaled: the measured variance of q . k / sqrt(d_k) for each d_k.
+    """
+    sizes = to_numpy(d_k)
+    raw, normalised = to_numpy(unscaled), to_numpy(scaled)
+    if sizes.ndim != 1 or sizes.size == 0:
+        raise ValueError(f"d_k must be a non-empty 1-D sequence, got shape {sizes.shape}")
+    if raw.shape != sizes.shape or normalised.shape != sizes.shape:
+        raise ValueError(
+            f"unscaled and scaled must have one value per d_k ({sizes.size}), got {raw.size} and {normalised.size}"
+        )
+    fig, axes = new_figure(size=(5.0, 3.6))
+    ax = axes[0, 0]
+    with course_style():
+        ax.plot(sizes, sizes, linestyle="--", color="#7f7f7f", label="y = d_k")
+        ax.plot(sizes, raw, marker="o", label="Var(q . k)")
+        ax.plot(sizes, normalised, marker="s", label="Var(q . k / sqrt(d_k))")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log", base=2)
+        ax.set_xlabel("d_k")
+        ax.set_ylabel("variance of the scores")
+        ax.set_title(title)
+        ax.legend(fontsize=8)
     return fig

@@ -42,6 +42,11 @@ def course_style() -> Iterator[None]:
     """Draw inside the course's style without changing the learner's global settings."""
     with mpl.rc_context(STYLE):
         yield
+        # The first figure may load the backend inside this context; a notebook's inline backend then
+        # switches interactive mode on, and rc_context would switch it off again on exit, so that every
+        # later figure is silently never shown. Keep what the backend decided.
+        interactive = mpl.is_interactive()
+    mpl.interactive(interactive)
 
 
 def new_figure(n_rows: int = 1, n_cols: int = 1, size: tuple[float, float] | None = None) -> tuple[Figure, np.ndarray]:

@@ -1,0 +1,193 @@
+"""tl.plotting: the shared style (plotting/style.py) and the attention and mask pictures (plotting/attention.py)."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+import transformer_lab as tl  # noqa: E402
+from transformer_lab.plotting import style  # noqa: E402
+
+TOKENS = ["the", "cat", "sat", "down"]
+
+
+@pytest.fixture(autouse=True)
+def _close_figures() -> Iterator[None]:
+    yield
+    plt.close("all")
+
+
+def _weights(t: int = 4, s: int = 4, seed: int = 0) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.softmax(torch.randn(t, s, generator=generator), dim=-1)
+
+
+def _tick_labels(ax: plt.Axes, axis: str) -> list[str]:
+    ticks = ax.get_xticklabels() if axis == "x" else ax.get_yticklabels()
+    return [t.get_text() for t in ticks]
+
+
+# --- style ---------------------------------------------------------------------------------------
+
+
+def test_course_style_is_scoped() -> None:
+    before = matplotlib.rcParams["axes.spines.top"]
+    with style.course_style():
+        assert matplotlib.rcParams["axes.spines.top"] is False
+        assert matplotlib.rcParams["figure.dpi"] == 90
+    assert matplotlib.rcParams["axes.spines.top"] == before
+
+
+def test_new_figure_returns_a_2d_grid() -> None:
+    fig, axes = style.new_figure(2, 3)
+    assert isinstance(fig, Figure)
+    assert axes.shape == (2, 3)
+    assert fig.dpi == 90
+
+
+def test_to_numpy_accepts_tensors_with_grad_and_lists() -> None:
+    x = torch.ones(2, 2, requires_grad=True)
+    assert style.to_numpy(x).dtype == np.float64
+    assert style.to_numpy([[1, 2]]).shape == (1, 2)
+
+
+def test_heatmap_labels_both_axes_and_rejects_bad_input() -> None:
+    fig, axes = style.new_figure()
+    ax = axes[0, 0]
+    style.heatmap(ax, np.eye(3), ["a", "b", "c"], ["x", "y", "z"], title="t", x_title="keys", y_title="queries")
+    assert _tick_labels(ax, "x") == ["a", "b", "c"]
+    assert _tick_labels(ax, "y") == ["x", "y", "z"]
+    assert ax.get_xlabel() == "keys" and ax.get_ylabel() == "queries" and ax.get_title() == "t"
+    with pytest.raises(ValueError, match="2-D"):
+        style.heatmap(ax, np.zeros(3))
+    with pytest.raises(ValueError, match="2 labels for an axis of length 3"):
+        style.heatmap(ax, np.eye(3), ["a", "b"])
+
+
+def test_curves_draws_named_lines_with_legend() -> None:
+    fig, axes = style.new_figure()
+    ax = axes[0, 0]
+    style.curves(ax, {"a": [1.0, 2.0, 3.0], "b": ([0, 2], [1.0, 0.5])}, x_title="step", y_title="loss", log_y=True)
+    assert len(ax.get_lines()) == 2
+    assert ax.get_legend() is not None
+    assert ax.get_yscale() == "log" and ax.get_xlabel() == "step" and ax.get_ylabel() == "loss"
+
+
+# --- attention maps --------------------------------------------------------------------------------
+
+
+def test_attention_heatmap_has_token_labels_on_both_axes() -> None:
+    fig = tl.plotting.attention_heatmap(_weights(), TOKENS, TOKENS, title="untrained")
+    ax = fig.axes[0]
+    assert _tick_labels(ax, "x") == TOKENS
+    assert _tick_labels(ax, "y") == TOKENS
+    assert ax.get_xlabel() and ax.get_ylabel()
+    assert ax.get_title() == "untrained"
+    image = ax.get_images()[0]
+    np.testing.assert_allclose(image.get_array(), _weights().numpy(), rtol=1e-6)
+    assert image.get_clim() == (0.0, 1.0)
+    assert len(ax.texts) == 16  # annotated: small matrix
+
+
+def test_attention_heatmap_rectangular_and_no_annotation_when_large() -> None:
+    fig = tl.plotting.attention_heatmap(_weights(12, 11), [str(i) for i in range(11)], [str(i) for i in range(12)])
+    ax = fig.axes[0]
+    assert len(ax.texts) == 0
+    assert len(_tick_labels(ax, "x")) == 11 and len(_tick_labels(ax, "y")) == 12
+
+
+def test_attention_heatmap_rejects_bad_input() -> None:
+    with pytest.raises(ValueError, match=r"\(T, S\) matrix"):
+        tl.plotting.attention_heatmap(torch.zeros(2, 3, 3))
+    with pytest.raises(ValueError, match="labels"):
+        tl.plotting.attention_heatmap(_weights(), TOKENS[:3], TOKENS)
+
+
+def test_attention_grid_layers_by_heads() -> None:
+    weights = torch.stack([torch.stack([_weights(seed=10 * layer + h) for h in range(3)]) for layer in range(2)])
+    fig = tl.plotting.attention_grid(weights, TOKENS, TOKENS, title="grid")
+    assert len(fig.axes) == 6
+    titles = [ax.get_title() for ax in fig.axes]
+    assert titles[0] == "layer 1, head 1" and titles[-1] == "layer 2, head 3"
+    assert _tick_labels(fig.axes[3], "x") == TOKENS  # bottom row carries the key labels
+    assert _tick_labels(fig.axes[0], "y") == TOKENS  # first column carries the query labels
+    one_layer = tl.plotting.attention_grid(weights[0], row_names=["self-attention"])
+    assert one_layer.axes[1].get_title() == "self-attention, head 2"
+    as_list = tl.plotting.attention_grid([weights[0], weights[1]])
+    assert len(as_list.axes) == 6
+
+
+def test_attention_grid_rejects_bad_shapes() -> None:
+    with pytest.raises(ValueError, match="layers, heads, T, S"):
+        tl.plotting.attention_grid(torch.zeros(4, 4))
+
+
+def test_mask_picture_and_grid() -> None:
+    mask = tl.causal_mask(4)
+    fig = tl.plotting.mask_picture(mask, TOKENS, TOKENS)
+    ax = fig.axes[0]
+    np.testing.assert_array_equal(ax.get_images()[0].get_array(), mask.numpy().astype(float))
+    assert _tick_labels(ax, "x") == TOKENS and _tick_labels(ax, "y") == TOKENS
+    assert ax.get_xlabel() == "key" and ax.get_ylabel() == "query"
+    padding = torch.tensor([[True, True, True, False]])  # (1, S) before broadcasting
+    grid = tl.plotting.mask_grid({"padding (1, S)": padding, "causal": mask, "both": padding & mask}, TOKENS)
+    assert [a.get_title() for a in grid.axes] == ["padding (1, S)", "causal", "both"]
+    assert _tick_labels(grid.axes[0], "y") == ["0"] and _tick_labels(grid.axes[1], "y") == TOKENS
+
+
+def test_mask_pictures_reject_bad_input() -> None:
+    with pytest.raises(ValueError, match="2-D"):
+        tl.plotting.mask_picture(torch.ones(1, 1, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match="non-empty dict"):
+        tl.plotting.mask_grid({})
+
+
+# --- why sqrt(d_k) -------------------------------------------------------------------------------
+
+
+def test_softmax_saturation_curves() -> None:
+    scores = torch.tensor([1.0, 0.5, -0.3, 0.2])
+    fig = tl.plotting.softmax_saturation(scores, [0.5, 1, 4, 16])
+    left, right = fig.axes
+    assert len(left.get_lines()) == 4
+    largest_weight, largest_gradient = (line.get_ydata() for line in right.get_lines())
+    assert np.all(np.diff(largest_weight) > 0)  # the softmax gets peakier
+    assert largest_gradient[-1] < 0.01 < largest_gradient[0]  # and its gradient vanishes
+    for ax in (left, right):
+        assert ax.get_xlabel() and ax.get_ylabel() and ax.get_title()
+
+
+def test_softmax_saturation_rejects_bad_input() -> None:
+    with pytest.raises(ValueError, match="1-D vector"):
+        tl.plotting.softmax_saturation(torch.zeros(2, 2), [1.0])
+    with pytest.raises(ValueError, match="positive"):
+        tl.plotting.softmax_saturation(torch.zeros(3), [0.0, 1.0])
+
+
+def test_score_variance_plot() -> None:
+    fig = tl.plotting.score_variance([1, 4, 16], [1.1, 3.9, 16.5], [1.1, 0.97, 1.03])
+    ax = fig.axes[0]
+    assert len(ax.get_lines()) == 3
+    assert ax.get_xlabel() == "d_k" and ax.get_ylabel()
+    with pytest.raises(ValueError, match="one value per d_k"):
+        tl.plotting.score_variance([1, 4], [1.0], [1.0, 1.0])
+
+
+def test_plots_emit_no_warnings() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tl.plotting.attention_heatmap(_weights(), TOKENS, TOKENS)
+        tl.plotting.mask_grid({"causal": tl.causal_mask(4)}, TOKENS)
+        tl.plotting.softmax_saturation(torch.tensor([1.0, 0.0]), [1.0, 2.0])
+        fig = tl.plotting.score_variance([1, 2], [1.0, 2.0], [1.0, 1.0])
+        fig.canvas.draw()
