@@ -1,0 +1,336 @@
+"""The course in a real browser: JupyterLab in headless Chromium, widgets included.
+
+A JupyterLab server runs on 127.0.0.1 on a temporary copy of notebooks/, its kernels with one
+thread and the reduced training setting (TRANSFORMER_LAB_QUICK=1). Each chapter that uses
+tl.widgets (and a small fixture, tests/fixtures/browser/97_widget_sample.ipynb, that checks this
+test's own machinery) is opened with its stored outputs and widget state stripped, so that what
+shows comes from the live kernel; then Run All; then: every code cell ran, no traceback or stderr
+output, the widgets rendered (no "Error displaying widget"), and moving the first slider with the
+keyboard changes what the widget shows. A screenshot of each notebook, with that widget in view
+after the change, goes to test-artifacts/browser/, with the timings in timings.txt.
+
+Chromium: Debian's /usr/bin/chromium (.ci/run installs it), driven by Python playwright, with
+the flags that keep it off the network. Without Chromium this test skips, except under CI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import nbformat
+import pytest
+from support import require
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / "test-artifacts" / "browser"
+FIXTURE = ROOT / "tests" / "fixtures" / "browser" / "97_widget_sample.ipynb"
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+RUN_ALL_TIMEOUT_S = 900  # a whole chapter on a loaded 2-core machine; normally well under a minute
+WIDGET_MARKERS = ("tl.widgets", "transformer_lab.widgets", "from transformer_lab import widgets")
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
+
+
+def uses_widgets(path: pathlib.Path) -> bool:
+    """Whether a notebook shows a widget: it calls tl.widgets, or it has a widget among its outputs."""
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        if any(marker in cell.source for marker in WIDGET_MARKERS):
+            return True
+        if any("application/vnd.jupyter.widget-view+json" in out.get("data", {}) for out in cell.outputs):
+            return True
+    return False
+
+
+WIDGET_CHAPTERS = [p for p in sorted(ROOT.glob("notebooks/[0-9][0-9]_*.ipynb")) if uses_widgets(p)]
+
+
+def strip(path: pathlib.Path, dest: pathlib.Path) -> None:
+    """Copy a notebook without outputs, execution counts or saved widget state."""
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    nb.metadata.pop("widgets", None)
+    nbformat.write(nb, dest)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_json(path: pathlib.Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1))
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """A JupyterLab server on a temporary copy of the course; yields (base url, token, notebook folder)."""
+    require(pathlib.Path(CHROMIUM).exists(), f"no Chromium at {CHROMIUM}: install it with apt-get install chromium")
+    tmp = tmp_path_factory.mktemp("lab")
+    course = tmp / "course"
+    (course / "notebooks").mkdir(parents=True)
+    for path in [*WIDGET_CHAPTERS, FIXTURE]:
+        strip(path, course / "notebooks" / path.name)
+    config, settings = tmp / "config", tmp / "settings"
+    # Like Binder: no nbgrader in the lab (its server and lab extensions are installed in the test env).
+    write_json(
+        config / "jupyter_server_config.json",
+        {
+            "ServerApp": {
+                "jpserver_extensions": {
+                    f"nbgrader.server_extensions.{name}": False
+                    for name in ("formgrader", "validate_assignment", "assignment_list", "course_list")
+                }
+            }
+        },
+    )
+    write_json(config / "labconfig" / "page_config.json", {"disabledExtensions": {"@jupyter/nbgrader": True}})
+    # Off the network (no news, no update check), and every cell in the page (no windowing).
+    write_json(
+        settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings",
+        {"fetchNews": "false", "checkForUpdates": False},
+    )
+    write_json(
+        settings / "@jupyterlab" / "notebook-extension" / "tracker.jupyterlab-settings", {"windowingMode": "none"}
+    )
+    port, token = free_port(), secrets.token_hex(16)
+    env = dict(os.environ)
+    env.update(
+        TRANSFORMER_LAB_QUICK="1",
+        OMP_NUM_THREADS="1",
+        MKL_NUM_THREADS="1",
+        JUPYTER_CONFIG_DIR=str(config),
+        JUPYTER_RUNTIME_DIR=str(tmp / "runtime"),
+        JUPYTER_DATA_DIR=str(tmp / "data"),
+        IPYTHONDIR=str(tmp / "ipython"),
+        MPLCONFIGDIR=str(tmp / "mpl"),
+        PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    )
+    log = (tmp / "server.log").open("w")
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "jupyter",
+            "lab",
+            "--no-browser",
+            "--ip=127.0.0.1",
+            f"--port={port}",
+            "--ServerApp.port_retries=0",
+            f"--IdentityProvider.token={token}",
+            f"--ServerApp.root_dir={course}",
+            f"--LabApp.user_settings_dir={settings}",
+            f"--LabApp.workspaces_dir={tmp / 'workspaces'}",
+            "--LabApp.news_url=None",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+            *(["--allow-root"] if os.geteuid() == 0 else []),  # CI containers run as root
+        ],
+        cwd=course,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own process group, kernels included, so the finalizer stops them all
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            if server.poll() is not None:
+                raise RuntimeError(f"jupyter lab exited ({server.returncode}):\n{(tmp / 'server.log').read_text()}")
+            try:
+                with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=5) as reply:
+                    if reply.status == 200:
+                        break
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"jupyter lab did not answer in 180 s:\n{(tmp / 'server.log').read_text()}")
+            time.sleep(0.5)  # polling the server's readiness; there is no event to wait on
+        yield base, token, tmp
+    finally:
+        stop(server)
+        log.close()
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        shutil.copy(tmp / "server.log", ARTIFACTS / "server.log")
+
+
+def stop(server: subprocess.Popen) -> None:
+    """Stop the server and its kernels: SIGTERM to its process group, SIGKILL if it lingers."""
+    if server.poll() is None:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(server.pid, signal.SIGKILL)  # kernels left in the group, if any
+    except ProcessLookupError:
+        pass
+    server.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def browser(lab):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+# JavaScript run in the page.
+CELLS_DONE = """() => {
+    const indicator = document.querySelector('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook-ExecutionIndicator');
+    if (!indicator || indicator.getAttribute('data-status') !== 'idle') return false;
+    const cells = [...document.querySelectorAll('.jp-NotebookPanel:not(.lm-mod-hidden) .jp-CodeCell')];
+    return cells.length > 0 && cells.every(cell => {
+        const source = cell.querySelector('.jp-InputArea-editor .cm-content');
+        if (source && source.textContent.trim() === '') return true;
+        const prompt = cell.querySelector('.jp-InputPrompt');
+        return prompt && /\\[\\d+\\]/.test(prompt.textContent);
+    });
+}"""
+# What a widget shows: its figures, and the text of its output areas (not the slider's own readout).
+WIDGET_STATE = """(cell) => JSON.stringify({
+    images: [...cell.querySelectorAll('.jp-OutputArea-output img')].map(img => img.src),
+    text: [...cell.querySelectorAll('.widget-output')].map(node => node.textContent).join('|'),
+})"""
+CHANGED = """([cell, before]) => {
+    const state = JSON.parse((WIDGET_STATE)(cell)), old = JSON.parse(before);
+    return (state.images.length > 0 || state.text.trim() !== '') && JSON.stringify(state) !== before;
+}""".replace("(WIDGET_STATE)", f"({WIDGET_STATE})")
+# Every queued update drawn: the kernel idle and what the widget shows unchanged for 1.5 s.
+SETTLED = """(cell) => {
+    const idle = [...document.querySelectorAll('.jp-StatusBar-TextItem')]
+        .some(item => /Python 3.*\\|\\s*Idle/.test(item.textContent));
+    const now = (WIDGET_STATE)(cell) + idle, memo = window.__settled || (window.__settled = {state: null, since: 0});
+    if (memo.state !== now) { memo.state = now; memo.since = Date.now(); return false; }
+    return idle && Date.now() - memo.since > 1500;
+}""".replace("(WIDGET_STATE)", f"({WIDGET_STATE})")
+KERNEL_IDLE = """() => [...document.querySelectorAll('.jp-StatusBar-TextItem')]
+    .some(item => /Python 3.*\\|\\s*Idle/.test(item.textContent))"""
+
+
+def api(base: str, token: str, path: str, method: str = "GET") -> object:
+    request = urllib.request.Request(f"{base}{path}", headers={"Authorization": f"token {token}"}, method=method)
+    with urllib.request.urlopen(request, timeout=60) as reply:
+        body = reply.read()
+    return json.loads(body) if body else None
+
+
+def open_notebook(page, base: str, token: str, name: str) -> None:
+    """Open the notebook and wait until its kernel has started and is idle (server side and in the page)."""
+    page.goto(f"{base}/lab/tree/notebooks/{name}?token={token}&reset")
+    page.wait_for_selector(".jp-NotebookPanel .jp-Notebook .jp-Cell", timeout=180_000)
+    deadline = time.monotonic() + 180
+    while not any(
+        s["path"].endswith(name) and s["kernel"]["execution_state"] == "idle"
+        for s in api(base, token, "/api/sessions")  # type: ignore[union-attr]
+    ):
+        assert time.monotonic() < deadline, f"{name}: no idle kernel after 180 s"
+        page.wait_for_timeout(500)  # polling the server's REST API: the page has no event for it
+    page.wait_for_function(KERNEL_IDLE, timeout=180_000, polling=500)
+
+
+def run_all(page) -> None:
+    page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
+    page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+    page.wait_for_function(CELLS_DONE, timeout=RUN_ALL_TIMEOUT_S * 1000, polling=500)
+
+
+def shutdown_kernels(base: str, token: str) -> None:
+    """Delete every session of the server (stops their kernels), so one notebook's kernel doesn't outlive its test."""
+    for session in api(base, token, "/api/sessions"):  # type: ignore[union-attr]
+        api(base, token, f"/api/sessions/{session['id']}", method="DELETE")
+
+
+def params() -> list:
+    chapters = [pytest.param(p, id=p.stem) for p in WIDGET_CHAPTERS]
+    if not chapters:
+        chapters = [pytest.param(None, id="no-widget-chapters")]
+    return [*chapters, pytest.param(FIXTURE, id="fixture")]
+
+
+@pytest.mark.parametrize("path", params())
+def test_widgets_work_in_jupyterlab(path, lab, browser):
+    if path is None:
+        pytest.fail("no chapter notebook uses tl.widgets (expected 01, 02, 04 and 08)")
+    base, token, _ = lab
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page_errors: list[str] = []
+    page.on("pageerror", lambda error: page_errors.append(str(error)))
+    try:
+        start = time.monotonic()
+        open_notebook(page, base, token, path.name)
+        opened = time.monotonic()
+        run_all(page)
+        ran = time.monotonic()
+
+        panel = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
+        problems = panel.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')
+        assert problems.count() == 0, f"{path.name}: traceback or stderr output:\n{problems.first.inner_text()}"
+        sliders = panel.locator(".jp-CodeCell:has(.widget-slider)")
+        sliders.first.wait_for(timeout=60_000)
+        for text in ("Error displaying widget", "Error rendering output", "Loading widget..."):
+            assert panel.get_by_text(text).count() == 0, f"{path.name}: {text!r} in the page"
+
+        cell = sliders.first
+        cell.scroll_into_view_if_needed()
+        handle = cell.locator(".widget-slider .noUi-handle").first
+        before = cell.evaluate(WIDGET_STATE)
+        assert json.loads(before)["images"] or json.loads(before)["text"], f"{path.name}: the widget shows nothing"
+        handle.focus()
+        for _ in range(3):
+            handle.press("ArrowRight")
+        page.wait_for_function(CHANGED, arg=[cell.element_handle(), before], timeout=120_000, polling=200)
+        page.wait_for_function(SETTLED, arg=cell.element_handle(), timeout=180_000, polling=250)
+        page.wait_for_function(
+            "(cell) => [...cell.querySelectorAll('img')].every(img => img.complete)", arg=cell.element_handle()
+        )
+        changed = time.monotonic()
+        cell.scroll_into_view_if_needed()
+        page.screenshot(path=str(ARTIFACTS / f"{path.stem}.png"))
+        assert not page_errors, f"{path.name}: JavaScript errors in the page: {page_errors}"
+        line = (
+            f"{path.name}: opened {opened - start:.1f} s, ran all cells {ran - opened:.1f} s, "
+            f"widget updated {changed - ran:.1f} s, {sliders.count()} cells with sliders\n"
+        )
+        print(line, end="")
+        with (ARTIFACTS / "timings.txt").open("a") as f:
+            f.write(line)
+    finally:
+        if not (ARTIFACTS / f"{path.stem}.png").exists():
+            page.screenshot(path=str(ARTIFACTS / f"{path.stem}-failed.png"))
+        page.close()
+        shutdown_kernels(base, token)

@@ -1,0 +1,311 @@
+"""The classroom machinery (tools/classroom.py): exercise cells fit nbgrader, solutions get full marks.
+
+Fast checks read every chapter's exercise cells (the three-cell pattern of NOTEBOOKS.md) and the
+exercises they grade. The slow ones run nbgrader for real: the pipeline on a small fixture chapter
+(tests/fixtures/classroom/98_sample.ipynb, which defines its exercises inline), and `nbgrader
+autograde` of every chapter as written (the release version with the solutions filled in), which
+must give full marks. tests/test_classroom_student.py does the student versions.
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import importlib.util
+import pathlib
+import re
+import shutil
+
+import nbformat
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+FIXTURE = ROOT / "tests" / "fixtures" / "classroom" / "98_sample.ipynb"
+
+
+def load_classroom():
+    """tools/classroom.py as a module (imported by path: tools/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("transformer_lab_classroom", ROOT / "tools" / "classroom.py")
+    module = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    spec.loader.exec_module(module)
+    return module
+
+
+classroom = load_classroom()
+NOTEBOOKS = classroom.chapter_notebooks(ROOT)
+
+
+def chapters(notebooks: list[pathlib.Path]) -> list:
+    """Parameters over the chapters; a single failing one if there are none (never pass vacuously)."""
+    if not notebooks:
+        return [pytest.param(None, id="no-chapters")]
+    return [pytest.param(path, id=path.stem) for path in notebooks]
+
+
+def need(path: pathlib.Path | None) -> pathlib.Path:
+    if path is None:
+        pytest.fail("no chapter notebook matches notebooks/[0-9][0-9]_*.ipynb")
+    return path
+
+
+def exercise_cells(path: pathlib.Path) -> list[dict]:
+    """The notebook's exercises: one dict per grade cell, with its solution cell and the names it uses."""
+    nb = nbformat.read(path, as_version=4)
+    found, solution = [], None
+    for index, cell in enumerate(nb.cells):
+        meta = classroom.nbgrader_meta(cell)
+        if meta.get("solution") and cell.cell_type == "code":
+            solution = cell
+        if meta.get("grade") and cell.cell_type == "code":
+            found.append({"index": index, "cell": cell, "meta": meta, "solution": solution})
+    return found
+
+
+def exercises_module(path: pathlib.Path):
+    """The chapter's exercise module, from its `from transformer_lab.exercises import chNN_x as exercises`."""
+    nb = nbformat.read(path, as_version=4)
+    pattern = re.compile(r"from transformer_lab\.exercises import (ch\w+) as exercises")
+    names = {m.group(1) for cell in nb.cells if cell.cell_type == "code" for m in pattern.finditer(cell.source)}
+    assert len(names) <= 1, f"{path.name} imports several exercise modules as `exercises`: {sorted(names)}"
+    if not names:
+        return None
+    return importlib.import_module(f"transformer_lab.exercises.{names.pop()}")
+
+
+CALL = re.compile(r"^exercises\.(\w+)\.(check|grade)\((\w+)\)$")
+
+
+def calls(source: str, method: str) -> list[tuple[str, str]]:
+    """(exercise, function) of each `exercises.X.<method>(fn)` line."""
+    found = []
+    for line in source.splitlines():
+        match = CALL.match(line.strip())
+        if match and match.group(2) == method:
+            found.append((match.group(1), match.group(3)))
+    return found
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
+
+
+def region_inside_function(source: str) -> bool:
+    """Whether every SOLUTION marker line lies inside the body of a function (nbgrader's stub must not run)."""
+    lines = source.splitlines()
+    bodies = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            # The body runs on past its last statement through comment lines indented deeper than the def.
+            end = node.end_lineno or node.lineno
+            while end < len(lines) and (not lines[end].strip() or _indent(lines[end]) > node.col_offset):
+                end += 1
+            bodies.append((node.lineno + 1, end))
+    markers = [
+        number
+        for number, line in enumerate(source.splitlines(), start=1)
+        if line.strip() in (classroom.SOLUTION_BEGIN, classroom.SOLUTION_END)
+    ]
+    return bool(markers) and all(any(lo <= n <= hi for lo, hi in bodies) for n in markers)
+
+
+# ---------------------------------------------------------------- fast: the exercise cells
+
+
+def test_there_are_chapters():
+    assert NOTEBOOKS, "no chapter notebook matches notebooks/[0-9][0-9]_*.ipynb"
+
+
+@pytest.mark.parametrize("path", chapters(NOTEBOOKS))
+def test_exercise_cells_fit_nbgrader(path):
+    path = need(path)
+    found = exercise_cells(path)
+    assert len(found) >= 3 or path.name.startswith("00_"), f"{path.name}: {len(found)} graded exercises, expected >= 3"
+    module = exercises_module(path) if found else None
+    for item in found:
+        meta, cell = item["meta"], item["cell"]
+        where = f"{path.name} cell {item['index']} ({meta.get('grade_id')})"
+        assert meta.get("locked") is True, f"{where}: a grade cell must be locked"
+        assert meta.get("points", 0) > 0, f"{where}: a grade cell needs points > 0"
+        visible, hidden = classroom.split_hidden(cell.source)
+        checked, graded = calls(visible, "check"), calls(hidden, "grade")
+        assert len(checked) == 1, f"{where}: the visible part must call exercises.<name>.check(<fn>) once"
+        assert graded == checked, f"{where}: the hidden tests must call grade() on what check() checks: {graded}"
+        name, function = checked[0]
+        assert calls(visible, "grade") == [], f"{where}: grade() outside the hidden tests would show the answer"
+        assert module is not None, f"{path.name}: no `from transformer_lab.exercises import chNN_x as exercises`"
+        assert isinstance(getattr(module, name, None), classroom_exercise_type()), f"{where}: no exercise {name!r}"
+        solution = item["solution"]
+        assert solution is not None, f"{where}: no solution cell before the grade cell"
+        assert re.search(rf"^(def|class) {function}\b", solution.source, re.M), (
+            f"{where}: the solution cell before it does not define {function}"
+        )
+        assert region_inside_function(solution.source), (
+            f"{where}: the solution region must lie inside a function body (nbgrader puts `raise` there)"
+        )
+
+
+@pytest.mark.parametrize("path", chapters(NOTEBOOKS))
+def test_markers_only_in_their_cells(path):
+    """nbgrader acts on these words in any cell (even in prose), so they may appear only where they belong."""
+    path = need(path)
+    for index, cell in enumerate(nbformat.read(path, as_version=4).cells):
+        meta = classroom.nbgrader_meta(cell)
+        allowed = set()
+        if meta.get("solution") and cell.cell_type == "code":
+            allowed |= {"BEGIN SOLUTION", "END SOLUTION"}
+        if meta.get("grade") and cell.cell_type == "code":
+            allowed |= {"BEGIN HIDDEN TESTS", "END HIDDEN TESTS"}
+        for marker in ("BEGIN SOLUTION", "END SOLUTION", "BEGIN HIDDEN TESTS", "END HIDDEN TESTS"):
+            assert marker in allowed or marker not in cell.source, (
+                f"{path.name} cell {index} ({cell.cell_type}) contains {marker!r}: nbgrader would treat it as a "
+                "marker (and refuse a solution region outside a solution cell); rephrase it"
+            )
+
+
+def classroom_exercise_type():
+    from transformer_lab.exercises import Exercise
+
+    return Exercise
+
+
+def test_grade_ids_are_unique_across_the_course():
+    if not NOTEBOOKS:
+        pytest.fail("no chapter notebook matches notebooks/[0-9][0-9]_*.ipynb")
+    seen: dict[str, str] = {}
+    for path in NOTEBOOKS:
+        for cell in nbformat.read(path, as_version=4).cells:
+            grade_id = classroom.nbgrader_meta(cell).get("grade_id")
+            if grade_id is None:
+                continue
+            assert grade_id not in seen, f"grade_id {grade_id!r} in {path.name} is already used in {seen[grade_id]}"
+            seen[grade_id] = path.name
+
+
+def test_every_exercise_is_graded_in_its_chapter():
+    """Each Exercise of transformer_lab.exercises is checked and graded by one grade cell of a chapter."""
+    from transformer_lab.exercises import all_exercises
+
+    defined = all_exercises()
+    assert defined, "transformer_lab.exercises defines no exercise"
+    graded = set()
+    for path in NOTEBOOKS:
+        module = exercises_module(path)
+        for item in exercise_cells(path):
+            _, hidden = classroom.split_hidden(item["cell"].source)
+            for name, _ in calls(hidden, "grade"):
+                graded.add(f"{module.__name__.rsplit('.', 1)[-1]}.{name}")
+    assert sorted(set(defined) - graded) == [], "exercises that no notebook grades"
+
+
+def test_a_blank_answer_fails_grade_but_not_check(capsys):
+    """What scores 0 in the student version: grade() raises on nbgrader's stub, check() only prints."""
+    from transformer_lab.exercises import all_exercises
+
+    def blank(*args, **kwargs):
+        raise NotImplementedError()
+
+    exercises = all_exercises()
+    assert exercises, "transformer_lab.exercises defines no exercise"
+    for key, exercise in exercises.items():
+        exercise.check(blank)
+        assert "not implemented yet" in capsys.readouterr().out, key
+        with pytest.raises(AssertionError, match="not implemented yet"):
+            exercise.grade(blank)
+        exercise.grade(exercise.reference)
+
+
+def test_split_hidden():
+    visible, hidden = classroom.split_hidden("a.check(f)\n### BEGIN HIDDEN TESTS\na.grade(f)\n### END HIDDEN TESTS\n")
+    assert (visible, hidden) == ("a.check(f)", "a.grade(f)")
+    with pytest.raises(ValueError, match="BEGIN HIDDEN TESTS"):
+        classroom.split_hidden("a.check(f)")
+
+
+def test_region_inside_function():
+    assert region_inside_function("def f(x):\n    ### BEGIN SOLUTION\n    return x\n    ### END SOLUTION\n")
+    assert not region_inside_function("### BEGIN SOLUTION\ny = 1\n### END SOLUTION\n")
+    assert not region_inside_function("def f(x):\n    return x\n")
+
+
+def test_the_fixture_follows_the_pattern():
+    found = exercise_cells(FIXTURE)
+    assert [item["meta"]["grade_id"] for item in found] == ["ch98_softmax_rows_check", "ch98_double_check"]
+    for item in found:
+        assert region_inside_function(item["solution"].source)
+        visible, hidden = classroom.split_hidden(item["cell"].source)
+        assert calls(visible, "check") == calls(hidden, "grade")
+
+
+# ---------------------------------------------------------------- slow: nbgrader for real
+
+
+@pytest.mark.slow
+def test_pipeline_on_the_fixture(tmp_path):
+    """student, then grade: the solution gets 3 of 3 points, the blank student version 0, in both CSVs."""
+    course = tmp_path / "course"
+    out = classroom.make_student_folder(tmp_path / "student", course, [FIXTURE])
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        [classroom.MARKER, "98_sample.ipynb", "README.md", "requirements.txt", "transformer_lab"]
+    )
+    student = nbformat.read(out / "98_sample.ipynb", as_version=4)
+    text = "\n".join(cell.source for cell in student.cells)
+    assert "BEGIN SOLUTION" not in text and "HIDDEN TESTS" not in text and "exercises.double.grade" not in text
+    assert text.count("raise NotImplementedError()") == 2
+    with pytest.raises(FileExistsError):
+        classroom.make_student_folder(tmp_path, course, [FIXTURE])  # not made by the tool: refused
+
+    submissions = tmp_path / "submissions"
+    (submissions / "ada").mkdir(parents=True)
+    shutil.copy(FIXTURE, submissions / "ada")
+    (submissions / "bob" / "student").mkdir(parents=True)  # a whole handed-back folder works too
+    shutil.copy(out / "98_sample.ipynb", submissions / "bob" / "student")
+    rows = classroom.grade_folder(submissions, course, tmp_path / "grades.csv")
+    by_cell = {(r["student"], r["cell"]): (r["score"], r["max_score"]) for r in rows}
+    assert by_cell == {
+        ("ada", "ch98_softmax_rows_check"): (2.0, 2.0),
+        ("ada", "ch98_double_check"): (1.0, 1.0),
+        ("bob", "ch98_softmax_rows_check"): (0.0, 2.0),
+        ("bob", "ch98_double_check"): (0.0, 1.0),
+    }
+    with (tmp_path / "grades.csv").open() as f:
+        exported = {row["student_id"]: (float(row["score"]), float(row["max_score"])) for row in csv.DictReader(f)}
+    assert exported == {"ada": (3.0, 3.0), "bob": (0.0, 3.0)}
+    with (tmp_path / "grades_by_chapter.csv").open() as f:
+        assert list(csv.reader(f)) == [
+            ["student_id", "notebook", "score", "max_score"],
+            ["ada", "98_sample", "3", "3"],
+            ["bob", "98_sample", "0", "3"],
+        ]
+
+
+@pytest.fixture(scope="module")
+def solution_grades(tmp_path_factory):
+    """Autograde every chapter as written (solutions in place), as the student "solution"."""
+    if not NOTEBOOKS:
+        pytest.fail("no chapter notebook matches notebooks/[0-9][0-9]_*.ipynb")
+    tmp = tmp_path_factory.mktemp("classroom_solution")
+    course = tmp / "course"
+    classroom.build_course(course, NOTEBOOKS)
+    (tmp / "submissions" / "solution").mkdir(parents=True)
+    for path in NOTEBOOKS:
+        shutil.copy(path, tmp / "submissions" / "solution")
+    rows = classroom.grade_folder(tmp / "submissions", course, tmp / "grades.csv")
+    return course, rows
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", chapters(NOTEBOOKS))
+def test_solutions_get_full_marks(path, solution_grades):
+    path = need(path)
+    course, rows = solution_grades
+    mine = [r for r in rows if r["notebook"] == path.stem]
+    assert len(mine) == len(exercise_cells(path)), f"{path.name}: the gradebook misses grade cells"
+    for row in mine:
+        assert not row["needs_manual_grade"], f"{path.name} {row['cell']}: needs manual grading"
+        assert row["score"] == row["max_score"] > 0, f"{path.name} {row['cell']}: {row['score']} / {row['max_score']}"
+    graded = nbformat.read(course / "autograded" / "solution" / classroom.ASSIGNMENT / path.name, as_version=4)
+    for index, cell in enumerate(graded.cells):
+        if cell.cell_type == "code":
+            errors = [o for o in cell.outputs if o.output_type == "error"]
+            assert not errors, f"{path.name} cell {index} raised {errors[0].ename}: {errors[0].evalue}"
