@@ -347,3 +347,25 @@ def test_bad_beam_arguments() -> None:
         beam_search(model, src, **good, length_penalty=-1.0)
     with pytest.raises(TypeError, match="length_penalty must be a float"):
         beam_search(model, src, **good, length_penalty="1")
+
+
+@pytest.mark.parametrize("decode", [greedy_decode, beam_search])
+def test_cache_projects_the_source_once_per_source(decode: Callable[..., Tensor]) -> None:
+    """With the cache, cross-attention keys and values are projected once, for the B sources (not
+    for B * beam_size rows: the beams get copies through DecoderCache.reorder)."""
+    model = tl.record_attention(make_model(), False)
+    src, src_mask = make_src()
+    batches: list[list[int]] = []
+    for layer in model.decoder.layers:
+        seen: list[int] = []
+        original = layer.cross_attn.project_kv
+
+        def wrapped(key, value, original=original, seen=seen):  # noqa: ANN001, ANN202
+            seen.append(key.shape[0])
+            return original(key, value)
+
+        layer.cross_attn.project_kv = wrapped
+        batches.append(seen)
+    out = decode(model, src, src_mask, bos_id=BOS, eos_id=EOS, pad_id=PAD, max_len=6)
+    assert out.shape[1] > 2  # several steps were decoded
+    assert batches == [[src.shape[0]]] * len(model.decoder.layers)
