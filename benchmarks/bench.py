@@ -336,6 +336,8 @@ def conditions(device: torch.device, args: argparse.Namespace, load_before: str,
     ]
     if device.type == "cuda":
         lines.append(f"- GPU: {torch.cuda.get_device_name(device)}")
+    if args.note:
+        lines.append(f"- note: {args.note}")
     return lines
 
 
@@ -391,6 +393,7 @@ def main() -> None:
     )
     parser.add_argument("--decoding-repeats", type=int, default=None, help="default: half of --repeats, >= 1")
     parser.add_argument("--new-tokens", type=int, default=128, help="tokens generated in the decoding test")
+    parser.add_argument("--note", default="", help="a line about the conditions, written into the results file")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     if args.threads < 1:
