@@ -36,8 +36,10 @@ class MultiHeadAttention(nn.Module):
       `scaled_dot_product_attention`, and the detached (B, H, T, S) weights of the last call
       are kept in `.attention_weights` for plotting;
     - `record_weights=False` (for training fast): PyTorch's fused
-      `F.scaled_dot_product_attention`, which never forms the weights;
-      `.attention_weights` is None. `record_attention(model, False)` switches a whole model.
+      `F.scaled_dot_product_attention`, which never forms the weights, with the projections packed
+      into one matmul when keys and values (and queries) are one tensor;
+      `.attention_weights` is None. `record_attention(model, False)` switches a whole model
+      (encoder and decoder layers then also use the fused `F.layer_norm`, see `encoder.fast_norm`).
 
     Args:
         d_model: size of the model's vectors (D); must be divisible by n_heads.
