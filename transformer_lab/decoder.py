@@ -13,13 +13,14 @@ Shape legend: B batch, T target length, S source length, D d_model, H heads, d_k
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
 
 from transformer_lab._checks import check_bool, check_mask, check_positive_int
-from transformer_lab.encoder import check_sequence
+from transformer_lab.encoder import check_sequence, fast_norm
 from transformer_lab.feedforward import FeedForward
 from transformer_lab.multihead import MultiHeadAttention
 from transformer_lab.normalization import LayerNorm
@@ -105,6 +106,29 @@ class DecoderLayer(nn.Module):
         memory_mask: Tensor | None = None,
         cache: LayerCache | None = None,
     ) -> Tensor:
+        self._check_inputs(x, memory, tgt_mask, memory_mask, cache)
+        norm1, norm2, norm3 = self._norms()
+        x = sublayer_connection(
+            x, lambda h: self._self_attention(h, tgt_mask, cache), norm1, self.dropout1, self.norm_first
+        )
+        x = sublayer_connection(
+            x,
+            lambda h: self._cross_attention(h, memory, memory_mask, cache),
+            norm2,
+            self.dropout2,
+            self.norm_first,
+        )
+        return sublayer_connection(x, self.feed_forward, norm3, self.dropout3, self.norm_first)
+
+    def _check_inputs(
+        self,
+        x: Tensor,
+        memory: Tensor,
+        tgt_mask: Tensor | None,
+        memory_mask: Tensor | None,
+        cache: LayerCache | None,
+    ) -> None:
+        """Clear errors for wrong shapes, named after the caller's arguments."""
         check_sequence("x", x, self.d_model)
         check_sequence("memory", memory, self.d_model)
         if memory.shape[0] != x.shape[0]:
@@ -117,17 +141,14 @@ class DecoderLayer(nn.Module):
             check_mask("tgt_mask", tgt_mask, (batch, heads, length, cached + length))
         if memory_mask is not None:
             check_mask("memory_mask", memory_mask, (batch, heads, length, memory.shape[1]))
-        x = sublayer_connection(
-            x, lambda h: self._self_attention(h, tgt_mask, cache), self.norm1, self.dropout1, self.norm_first
-        )
-        x = sublayer_connection(
-            x,
-            lambda h: self._cross_attention(h, memory, memory_mask, cache),
-            self.norm2,
-            self.dropout2,
-            self.norm_first,
-        )
-        return sublayer_connection(x, self.feed_forward, self.norm3, self.dropout3, self.norm_first)
+
+    def _norms(self) -> tuple[Callable[[Tensor], Tensor], ...]:
+        """norm1, norm2, norm3; on the fast path (`record_attention(model, False)`) they run as
+        PyTorch's fused `F.layer_norm` with the same parameters (see `fast_norm`)."""
+        norms = (self.norm1, self.norm2, self.norm3)
+        if self.self_attn.record_weights:
+            return norms
+        return tuple(fast_norm(norm) for norm in norms)
 
     def _self_attention(self, h: Tensor, mask: Tensor | None, cache: LayerCache | None) -> Tensor:
         if cache is None:
@@ -186,4 +207,5 @@ class Decoder(nn.Module):
             x = layer(x, memory, tgt_mask, memory_mask, cache.layers[i] if cache is not None else None)
         if cache is not None:
             cache.length += x.shape[1]
-        return self.norm(x)
+        fast = not self.layers[-1].self_attn.record_weights
+        return fast_norm(self.norm)(x) if fast else self.norm(x)
