@@ -1,0 +1,136 @@
+"""The KV cache (DecoderCache): decoding step by step with the cache gives the logits of the full
+teacher-forced decode; cross-attention keys and values are projected once; reorder keeps the
+right rows (issue 8)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import transformer_lab as tl
+
+V, D, H, FF, LAYERS = 13, 16, 4, 32, 2
+B, S, T = 3, 7, 6
+TOLERANCES = {torch.float64: dict(rtol=1e-10, atol=1e-10), torch.float32: dict(rtol=1e-5, atol=1e-5)}
+
+
+def make_model(norm_first: bool, dtype: torch.dtype, record: bool, seed: int = 0) -> tl.Transformer:
+    torch.manual_seed(seed)
+    config = tl.TransformerConfig(V, V, d_model=D, n_heads=H, d_ff=FF, n_layers=LAYERS, norm_first=norm_first)
+    model = tl.Transformer(config).to(dtype).eval()  # eval: dropout off
+    return tl.record_attention(model, record)
+
+
+def make_batch(seed: int = 1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(1, V, (B, S), generator=g)
+    src[0, 4:] = 0  # padded sources
+    src[2, 2:] = 0
+    tgt = torch.randint(1, V, (B, T), generator=g)
+    return src, tl.padding_mask(src, 0), tgt
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("norm_first", [True, False], ids=["pre_norm", "post_norm"])
+@pytest.mark.parametrize("record", [False, True], ids=["fast", "explicit"])
+def test_step_by_step_equals_teacher_forced(dtype: torch.dtype, norm_first: bool, record: bool) -> None:
+    model = make_model(norm_first, dtype, record)
+    src, src_mask, tgt = make_batch()
+    with torch.no_grad():
+        memory = model.encode(src, src_mask)
+        full = model.decode(tgt, memory, src_mask)  # (B, T, V), causal mask
+        cache = model.new_cache()
+        steps = []
+        for t in range(T):
+            steps.append(model.decode(tgt[:, t : t + 1], memory, src_mask, cache=cache))  # (B, 1, V)
+            assert cache.length == t + 1
+            for layer in cache.layers:
+                assert layer.self_k.shape == (B, H, t + 1, D // H)
+                assert layer.cross_k.shape == (B, H, S, D // H)
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, **TOLERANCES[dtype])
+
+
+@pytest.mark.parametrize("norm_first", [True, False], ids=["pre_norm", "post_norm"])
+def test_chunks_of_several_tokens(norm_first: bool) -> None:
+    """The cache also takes several new tokens at once (e.g. a prompt), then single tokens."""
+    model = make_model(norm_first, torch.float64, record=False)
+    src, src_mask, tgt = make_batch()
+    with torch.no_grad():
+        memory = model.encode(src, src_mask)
+        full = model.decode(tgt, memory, src_mask)
+        cache = model.new_cache()
+        parts = [model.decode(tgt[:, a:b], memory, src_mask, cache=cache) for a, b in ((0, 3), (3, 4), (4, T))]
+    torch.testing.assert_close(torch.cat(parts, dim=1), full, **TOLERANCES[torch.float64])
+
+
+def count_calls(model: tl.Transformer, attribute: str) -> list[list[int]]:
+    """Wrap `project_kv` of every decoder layer's `attribute` ('self_attn' or 'cross_attn'); return,
+    per layer, the list of key lengths it was called with (filled in as the model runs)."""
+    calls: list[list[int]] = []
+    for layer in model.decoder.layers:
+        attention = getattr(layer, attribute)
+        seen: list[int] = []
+        original = attention.project_kv
+
+        def wrapped(key, value, original=original, seen=seen):
+            seen.append(key.shape[1])
+            return original(key, value)
+
+        attention.project_kv = wrapped  # instance attribute shadows the method
+        calls.append(seen)
+    return calls
+
+
+def test_cross_attention_keys_and_values_are_projected_once() -> None:
+    model = make_model(True, torch.float64, record=False)
+    src, src_mask, tgt = make_batch()
+    cross = count_calls(model, "cross_attn")
+    selfs = count_calls(model, "self_attn")
+    with torch.no_grad():
+        memory = model.encode(src, src_mask)
+        cache = model.new_cache()
+        for t in range(T):
+            model.decode(tgt[:, t : t + 1], memory, src_mask, cache=cache)
+    assert cross == [[S]] * LAYERS  # once per layer, for the whole source
+    assert selfs == [[1] * T] * LAYERS  # only the new token at each step
+
+
+def test_without_cache_everything_is_projected_each_call() -> None:
+    """The counting wrapper does see calls: without a cache, every step projects the memory again."""
+    model = make_model(True, torch.float64, record=False)
+    src, src_mask, tgt = make_batch()
+    cross = count_calls(model, "cross_attn")
+    with torch.no_grad():
+        memory = model.encode(src, src_mask)
+        for t in range(1, 3):
+            model.decode(tgt[:, :t], memory, src_mask)
+    assert cross == [[S, S]] * LAYERS
+
+
+def test_reorder_keeps_the_right_rows() -> None:
+    model = make_model(False, torch.float64, record=False)
+    src, src_mask, tgt = make_batch()
+    index = torch.tensor([2, 0, 0, 1])  # reorder, duplicate and drop nothing: 4 rows from 3
+    with torch.no_grad():
+        memory = model.encode(src, src_mask)
+        cache = model.new_cache()
+        model.decode(tgt[:, :3], memory, src_mask, cache=cache)
+        before = [(layer.self_k.clone(), layer.self_v.clone(), layer.cross_k.clone()) for layer in cache.layers]
+        cache.reorder(index)
+        for (k, v, ck), layer in zip(before, cache.layers, strict=True):
+            torch.testing.assert_close(layer.self_k, k[index], rtol=0, atol=0)
+            torch.testing.assert_close(layer.self_v, v[index], rtol=0, atol=0)
+            torch.testing.assert_close(layer.cross_k, ck[index], rtol=0, atol=0)
+        assert cache.length == 3
+        # Continuing with the reordered cache equals decoding the reordered batch from scratch.
+        rest = model.decode(tgt[index, 3:], memory[index], src_mask[index], cache=cache)
+        full = model.decode(tgt[index], memory[index], src_mask[index])
+    torch.testing.assert_close(rest, full[:, 3:], **TOLERANCES[torch.float64])
+
+
+def test_cache_with_wrong_number_of_layers_is_refused() -> None:
+    model = make_model(True, torch.float64, record=False)
+    src, src_mask, tgt = make_batch()
+    memory = model.encode(src, src_mask)
+    with pytest.raises(ValueError, match="cache has 1 layers"):
+        model.decode(tgt[:, :1], memory, src_mask, cache=tl.DecoderCache.empty(1))
