@@ -118,8 +118,17 @@ def test_optimizer_follows_the_schedule() -> None:
 
 def _tiny(seed: int = 0) -> tuple[tl.Transformer, data.CharTokenizer]:
     tok = data.CharTokenizer()
-    config = tl.TransformerConfig(tok.vocab_size, tok.vocab_size, d_model=16, n_heads=2, d_ff=32, n_layers=1,
-                                  dropout=0.0, max_len=32, tie_embeddings=True)
+    config = tl.TransformerConfig(
+        tok.vocab_size,
+        tok.vocab_size,
+        d_model=16,
+        n_heads=2,
+        d_ff=32,
+        n_layers=1,
+        dropout=0.0,
+        max_len=32,
+        tie_embeddings=True,
+    )
     return training.build_model(config, seed), tok
 
 
@@ -128,8 +137,18 @@ def test_train_is_deterministic_and_learns_copy() -> None:
     runs = []
     for _ in range(2):
         model, tok = _tiny()
-        history = training.train(model, task, tok, steps=60, batch_size=16, warmup=20, lr_factor=2.0,
-                                 eval_every=30, eval_examples=20, progress=False)
+        history = training.train(
+            model,
+            task,
+            tok,
+            steps=60,
+            batch_size=16,
+            warmup=20,
+            lr_factor=2.0,
+            eval_every=30,
+            eval_examples=20,
+            progress=False,
+        )
         runs.append((history, model))
     (h1, m1), (h2, m2) = runs
     assert h1.loss == h2.loss and h1.val_exact_match == h2.val_exact_match
@@ -161,6 +180,8 @@ def test_translate_and_exact_match() -> None:
     counts = training.exact_match_by_kind(model, examples, tok, max_len=5)
     assert counts["all"][1] == 2 and counts["copy"][1] == 2
     # beam search of width 1 gives the same answers as greedy
-    assert training.translate(model, ["abc", "dcba"], tok, max_len=5, beam_size=1) == training.translate(
-        model, ["abc", "dcba"], tok, max_len=5
+    sources = ["abc", "dcba", "a", "bbbb"]
+    assert training.translate(model, sources, tok, max_len=5, beam_size=1) == training.translate(
+        model, sources, tok, max_len=5
     )
+    assert len(training.translate(model, sources, tok, max_len=5, beam_size=3)) == 4

@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     e = commands.add_parser("evaluate", help="measure the exact match of a checkpoint on held-out examples")
     e.add_argument("checkpoint", help="a checkpoint written by `train`")
     e.add_argument("--test-per-format", type=int, default=150, help="held-out examples per format")
-    e.add_argument("--beam-size", type=int, default=1, help="1 for greedy decoding, more for beam search")
+    e.add_argument("--beam-size", type=int, default=None, help="beam search of this width (default: greedy)")
     e.add_argument("--threads", type=int, default=1, help="CPU threads for PyTorch (default 1)")
     return parser
 

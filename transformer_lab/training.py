@@ -26,7 +26,6 @@ from torch import Tensor, nn
 
 from transformer_lab._checks import check_positive_int, check_probability, check_tensor
 from transformer_lab.data import CharTokenizer, Example, Task, make_batch
-from transformer_lab.masking import padding_mask
 from transformer_lab.model import Transformer, TransformerConfig
 from transformer_lab.multihead import record_attention
 
@@ -160,17 +159,18 @@ def translate(
     sources: Sequence[str],
     tokenizer: CharTokenizer,
     max_len: int = 32,
-    beam_size: int = 1,
+    beam_size: int | None = None,
     batch_size: int = 512,
 ) -> list[str]:
-    """Decode each source string with the model: greedy (beam_size=1) or beam search (chapter 09).
+    """Decode each source string with the model: greedy (beam_size=None) or beam search (chapter 09).
 
     Uses `tl.decoding.greedy_decode` / `tl.decoding.beam_search`; the model is put in eval mode and
     restored to its previous mode afterwards.
     """
     from transformer_lab.decoding import beam_search, greedy_decode
 
-    check_positive_int("beam_size", beam_size)
+    if beam_size is not None:
+        check_positive_int("beam_size", beam_size)
     check_positive_int("max_len", max_len)
     was_training = model.training
     model.eval()
@@ -181,7 +181,7 @@ def translate(
         for start in range(0, len(sources), batch_size):
             chunk = list(sources[start : start + batch_size])
             batch = make_batch([(s, "") for s in chunk], tokenizer, device)
-            if beam_size == 1:
+            if beam_size is None:
                 decoded = greedy_decode(model, batch.src, batch.src_mask, **ids)  # (B, 1 + n)
             else:
                 decoded = beam_search(model, batch.src, batch.src_mask, beam_size=beam_size, **ids)
@@ -192,9 +192,16 @@ def translate(
 
 
 def exact_match(
-    model: Transformer, examples: Sequence[Example], tokenizer: CharTokenizer, beam_size: int = 1, max_len: int = 32
+    model: Transformer,
+    examples: Sequence[Example],
+    tokenizer: CharTokenizer,
+    beam_size: int | None = None,
+    max_len: int = 32,
 ) -> float:
-    """The share of examples whose whole decoded answer equals the target (chapter 09)."""
+    """The share of examples whose whole decoded answer equals the target (chapter 09).
+
+    Greedy decoding unless `beam_size` is given (then `tl.decoding.beam_search`).
+    """
     if not examples:
         raise ValueError("examples must not be empty")
     predictions = translate(model, [e.source for e in examples], tokenizer, max_len, beam_size)
@@ -202,7 +209,11 @@ def exact_match(
 
 
 def exact_match_by_kind(
-    model: Transformer, examples: Sequence[Example], tokenizer: CharTokenizer, beam_size: int = 1, max_len: int = 32
+    model: Transformer,
+    examples: Sequence[Example],
+    tokenizer: CharTokenizer,
+    beam_size: int | None = None,
+    max_len: int = 32,
 ) -> dict[str, tuple[int, int]]:
     """{kind: (correct, total)} for each kind of example (e.g. each date format), plus "all"."""
     predictions = translate(model, [e.source for e in examples], tokenizer, max_len, beam_size)
@@ -328,14 +339,8 @@ def train(
                 bar.set_postfix(loss=f"{history.loss[-1]:.3f}", val_em=f"{history.val_exact_match[-1]:.3f}")
     finally:
         bar.close()
-        for module, on in zip(
-            (m for m in model.modules() if hasattr(m, "record_weights")), recording, strict=True
-        ):
+        for module, on in zip((m for m in model.modules() if hasattr(m, "record_weights")), recording, strict=True):
             module.record_weights = on
         model.eval()
     history.seconds = time.perf_counter() - start
     return history
-
-
-def _source_mask(src: Tensor, pad_id: int) -> Tensor:
-    return padding_mask(src, pad_id)
