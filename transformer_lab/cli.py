@@ -16,6 +16,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -24,11 +25,17 @@ from transformer_lab.data import CharTokenizer, DateTask, Task, make_task
 from transformer_lab.model import Transformer, TransformerConfig, load_checkpoint, save_checkpoint
 from transformer_lab.training import build_model, exact_match_by_kind, train
 
-__all__ = ["main", "build_parser", "load_trained", "DEFAULTS"]
+__all__ = ["main", "build_parser", "load_trained", "load_shipped", "DEFAULTS", "SHIPPED_CHECKPOINT", "SHIPPED_COMMAND"]
 
 #: The recipe of chapter 09 (a small model that learns the date task on one CPU thread in about a minute).
 DEFAULTS: dict[str, Any] = dict(
-    d_model=64, n_heads=4, d_ff=128, n_layers=2, steps=1500, batch_size=64, warmup=200, lr_factor=1.0, smoothing=0.1
+    d_model=64, n_heads=4, d_ff=256, n_layers=2, steps=1500, batch_size=64, warmup=200, lr_factor=1.0, smoothing=0.1
+)
+
+#: The date model shipped with the package, written by `SHIPPED_COMMAND` (chapter 09; earlier chapters may use it).
+SHIPPED_CHECKPOINT = Path(__file__).resolve().parent / "assets" / "dates_model.pt"
+SHIPPED_COMMAND = (
+    "python -m transformer_lab.cli train --task dates --seed 0 --out transformer_lab/assets/dates_model.pt"
 )
 
 
@@ -79,6 +86,13 @@ def load_trained(path: str | os.PathLike[str], map_location: str = "cpu") -> tup
         raise ValueError(f"{path} has no tokenizer/task: was it written by `python -m transformer_lab.cli train`?")
     model.eval()
     return model, CharTokenizer.from_dict(data["tokenizer"]), make_task(data["task"])
+
+
+def load_shipped() -> tuple[Transformer, CharTokenizer, Task]:
+    """The trained date model shipped in transformer_lab/assets (see `SHIPPED_COMMAND`)."""
+    if not SHIPPED_CHECKPOINT.exists():
+        raise FileNotFoundError(f"no shipped checkpoint at {SHIPPED_CHECKPOINT}; make it with: {SHIPPED_COMMAND}")
+    return load_trained(SHIPPED_CHECKPOINT)
 
 
 def _report(counts: dict[str, tuple[int, int]]) -> str:
