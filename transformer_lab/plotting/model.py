@@ -87,7 +87,9 @@ def training_curves(histories: object | Mapping[str, object], title: str = "") -
         histories = {"run": histories}
     runs = {name: (h if isinstance(h, Mapping) else h.to_dict()) for name, h in histories.items()}  # type: ignore[union-attr]
     fig, axes = new_figure(1, 3, size=(12.0, 3.4))
-    curves(axes[0, 0], {n: (h["step"], h["loss"]) for n, h in runs.items()}, "training loss", y_title="loss", log_y=True)
+    curves(
+        axes[0, 0], {n: (h["step"], h["loss"]) for n, h in runs.items()}, "training loss", y_title="loss", log_y=True
+    )
     curves(axes[0, 1], {n: (h["step"], h["lr"]) for n, h in runs.items()}, "learning rate", y_title="lr")
     curves(
         axes[0, 2],
@@ -121,6 +123,7 @@ def cross_attention_maps(
     fig, axes = new_figure(n_rows, n_cols, size=(n_cols * (0.3 * widest + 2.4), n_rows * (0.3 * tallest + 1.9)))
     for ax, (weights, src_labels, out_labels, name) in zip(axes.flat, maps, strict=False):
         attention_heatmap(weights, src_labels, out_labels, title=name, ax=ax, annotate=False)
+        ax.tick_params(axis="x", labelrotation=0)  # single characters (年, 月, 日 included) read best upright
     for ax in list(axes.flat)[len(maps) :]:
         ax.set_visible(False)
     if title:
