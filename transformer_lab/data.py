@@ -54,13 +54,7 @@ PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 SPECIALS = (PAD, BOS, EOS, UNK)  # ids 0, 1, 2, 3
 
 #: Every character any task can produce: digits, letters, punctuation, space, and 年 月 日.
-VOCAB_CHARS = (
-    "0123456789"
-    "abcdefghijklmnopqrstuvwxyz"
-    "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-    " ,.-/"
-    "年月日"
-)
+VOCAB_CHARS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ ,.-/年月日"
 
 SPLITS = ("train", "validation", "test")
 
