@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import transformer_lab as tl
-from transformer_lab import cli
+from transformer_lab import cli, training
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--d-model", "16", "--n-heads", "2", "--d-ff", "32", "--n-layers", "1", "--batch-size", "8"]
@@ -54,3 +54,14 @@ def test_help_in_a_subprocess() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "train" in result.stdout and "evaluate" in result.stdout
+
+
+def test_the_shipped_checkpoint_is_the_documented_run_and_normalises_dates() -> None:
+    model, tokenizer, task = cli.load_shipped()
+    options = torch.load(cli.SHIPPED_CHECKPOINT, weights_only=True)["options"]
+    assert options["seed"] == 0 and options["task"] == "dates"
+    assert {k: options[k] for k in cli.DEFAULTS} == cli.DEFAULTS  # trained with the command's defaults
+    assert "train --task dates --seed 0 --out" in cli.SHIPPED_COMMAND
+    test = task.examples_per_format("test", 10, seed=7)
+    counts = training.exact_match_by_kind(model, test, tokenizer)
+    assert counts["all"][0] >= 0.97 * counts["all"][1], counts
