@@ -233,3 +233,23 @@ def test_fast_path_float32_close_to_explicit() -> None:
     x = torch.randn(B, T, D)
     explicit, fast = run_both(mha, lambda: (x,), lambda m, h: m(h, h, h, SELF_MASKS["combined"]))
     torch.testing.assert_close(fast[0], explicit[0], rtol=1e-5, atol=1e-6)
+
+
+def test_packed_projection_is_used_for_self_and_cross_attention(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fast path packs the projections when keys and values are one tensor; the tests above
+    therefore cover both the packed route (h, h, h) / (q, mem, mem) and the separate one (q, k, v)."""
+    calls = []
+    original = tl.MultiHeadAttention._fast_forward
+
+    def spy(self, query, memory, mask):  # noqa: ANN001, ANN202
+        calls.append(query is memory)
+        return original(self, query, memory, mask)
+
+    monkeypatch.setattr(tl.MultiHeadAttention, "_fast_forward", spy)
+    layer = tl.record_attention(tl.DecoderLayer(D, H, FF, dropout=0.0).double(), False)
+    x, memory = torch.randn(B, T, D, dtype=torch.float64), torch.randn(B, S, D, dtype=torch.float64)
+    layer(x, memory)
+    assert calls == [True, False]  # self-attention packs Q, K, V; cross-attention packs K, V
+    tl.record_attention(layer, True)
+    layer(x, memory)
+    assert calls == [True, False]  # the explicit path never takes it

@@ -96,8 +96,11 @@ def test_cross_attention_keys_and_values_are_projected_once() -> None:
 
 
 def test_without_cache_everything_is_projected_each_call() -> None:
-    """The counting wrapper does see calls: without a cache, every step projects the memory again."""
-    model = make_model(True, torch.float64, record=False)
+    """The counting wrapper does see calls: without a cache, every step projects the memory again.
+
+    (Explicit path: the fast path without a cache projects keys and values in one packed matmul,
+    not through `project_kv`.)"""
+    model = make_model(True, torch.float64, record=True)
     src, src_mask, tgt = make_batch()
     cross = count_calls(model, "cross_attn")
     with torch.no_grad():

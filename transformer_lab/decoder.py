@@ -19,7 +19,7 @@ import torch
 from torch import Tensor, nn
 
 from transformer_lab._checks import check_positive_int
-from transformer_lab.encoder import check_sequence
+from transformer_lab.encoder import check_sequence, fast_norm
 from transformer_lab.feedforward import FeedForward
 from transformer_lab.multihead import MultiHeadAttention
 from transformer_lab.normalization import LayerNorm
@@ -110,17 +110,20 @@ class DecoderLayer(nn.Module):
             raise ValueError(
                 f"memory must have the same batch size as x: x has B={x.shape[0]}, memory has B={memory.shape[0]}"
             )
+        norm1, norm2, norm3 = self.norm1, self.norm2, self.norm3
+        if not self.self_attn.record_weights:  # fast path: fused LayerNorm too
+            norm1, norm2, norm3 = fast_norm(norm1), fast_norm(norm2), fast_norm(norm3)
         x = sublayer_connection(
-            x, lambda h: self._self_attention(h, tgt_mask, cache), self.norm1, self.dropout1, self.norm_first
+            x, lambda h: self._self_attention(h, tgt_mask, cache), norm1, self.dropout1, self.norm_first
         )
         x = sublayer_connection(
             x,
             lambda h: self._cross_attention(h, memory, memory_mask, cache),
-            self.norm2,
+            norm2,
             self.dropout2,
             self.norm_first,
         )
-        return sublayer_connection(x, self.feed_forward, self.norm3, self.dropout3, self.norm_first)
+        return sublayer_connection(x, self.feed_forward, norm3, self.dropout3, self.norm_first)
 
     def _self_attention(self, h: Tensor, mask: Tensor | None, cache: LayerCache | None) -> Tensor:
         if cache is None:
@@ -179,4 +182,5 @@ class Decoder(nn.Module):
             x = layer(x, memory, tgt_mask, memory_mask, cache.layers[i] if cache is not None else None)
         if cache is not None:
             cache.length += x.shape[1]
-        return self.norm(x)
+        fast = not self.layers[-1].self_attn.record_weights
+        return fast_norm(self.norm)(x) if fast else self.norm(x)

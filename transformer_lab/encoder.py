@@ -8,6 +8,10 @@ Shape legend: B batch, S source length, D d_model, H heads.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
+
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer_lab._checks import check_float, check_last_dim, check_positive_int, check_tensor
@@ -25,6 +29,18 @@ def check_sequence(name: str, x: object, d_model: int) -> None:
     assert isinstance(x, Tensor)
     check_float(name, x)
     check_last_dim(name, x, d_model)
+
+
+def fast_norm(norm: nn.Module) -> Callable[[Tensor], Tensor]:
+    """The fast path's LayerNorm (performance only): PyTorch's fused `F.layer_norm` with the
+    parameters of our `LayerNorm`, which computes the same thing in several separate kernels.
+
+    Layers use it when their attention is on the fast path (`record_weights=False`, see
+    `record_attention`); tested equal to the explicit path. Any other norm is returned as is.
+    """
+    if type(norm) is not LayerNorm:
+        return norm
+    return partial(F.layer_norm, normalized_shape=(norm.d_model,), weight=norm.weight, bias=norm.bias, eps=norm.eps)
 
 
 class EncoderLayer(nn.Module):
@@ -67,8 +83,11 @@ class EncoderLayer(nn.Module):
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         check_sequence("x", x, self.d_model)
-        x = sublayer_connection(x, lambda h: self.self_attn(h, h, h, mask), self.norm1, self.dropout1, self.norm_first)
-        return sublayer_connection(x, self.feed_forward, self.norm2, self.dropout2, self.norm_first)
+        norm1, norm2 = self.norm1, self.norm2
+        if not self.self_attn.record_weights:  # fast path: fused LayerNorm too
+            norm1, norm2 = fast_norm(norm1), fast_norm(norm2)
+        x = sublayer_connection(x, lambda h: self.self_attn(h, h, h, mask), norm1, self.dropout1, self.norm_first)
+        return sublayer_connection(x, self.feed_forward, norm2, self.dropout2, self.norm_first)
 
 
 class Encoder(nn.Module):
@@ -102,4 +121,5 @@ class Encoder(nn.Module):
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         for layer in self.layers:
             x = layer(x, mask)
-        return self.norm(x)
+        fast = not self.layers[-1].self_attn.record_weights
+        return fast_norm(self.norm)(x) if fast else self.norm(x)

@@ -11,6 +11,7 @@ Shape legend: B batch, T queries, S keys, H heads, D d_model, d_k = D / H.
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -134,8 +135,34 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(
                 f"key and value must have the same length S, got shapes {tuple(key.shape)} and {tuple(value.shape)}"
             )
+        if not self.record_weights and key is value:
+            return self._fast_forward(query, key, mask)
         k, v = self.project_kv(key, value)  # (B, H, S, d_k) each
         return self.attend(query, k, v, mask)
+
+    def _fast_forward(self, query: Tensor, memory: Tensor, mask: Tensor | None) -> Tensor:
+        """Fast path only (performance, tested equal to the explicit path): when keys and values come
+        from one tensor, project them with ONE matmul against the stacked weights [W^K; W^V], and for
+        self-attention (query is memory too) all three with [W^Q; W^K; W^V], as `nn.MultiheadAttention`
+        does with its packed `in_proj_weight`. The parameters stay w_q, w_k, w_v."""
+        batch, length, _ = query.shape
+        layers = (self.w_q, self.w_k, self.w_v) if query is memory else (self.w_k, self.w_v)
+        weight = torch.cat([layer.weight for layer in layers])  # (n * D, D), n = 3 or 2
+        bias = torch.cat([layer.bias for layer in layers]) if self.w_q.bias is not None else None
+        packed = F.linear(memory, weight, bias)  # (B, S, n * D)
+        packed = packed.view(batch, memory.shape[1], len(layers), self.n_heads, self.d_k)  # (B, S, n, H, d_k)
+        heads = packed.permute(2, 0, 3, 1, 4)  # (n, B, H, S, d_k)
+        if query is memory:
+            q, k, v = heads.unbind(0)  # (B, H, T, d_k) each
+        else:
+            q = self.split_heads(self.w_q(query))  # (B, H, T, d_k)
+            k, v = heads.unbind(0)  # (B, H, S, d_k) each
+        if mask is not None:
+            check_mask("mask", mask, (batch, self.n_heads, length, k.shape[2]))
+        dropout_p = self.dropout.p if self.training else 0.0
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)  # (B, H, T, d_k)
+        self.attention_weights = None
+        return self.w_o(self.merge_heads(out))  # (B, T, D)
 
     def extra_repr(self) -> str:
         return f"d_model={self.d_model}, n_heads={self.n_heads}, d_k={self.d_k}, record_weights={self.record_weights}"
