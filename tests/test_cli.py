@@ -62,6 +62,6 @@ def test_the_shipped_checkpoint_is_the_documented_run_and_normalises_dates() -> 
     assert options["seed"] == 0 and options["task"] == "dates"
     assert {k: options[k] for k in cli.DEFAULTS} == cli.DEFAULTS  # trained with the command's defaults
     assert "train --task dates --seed 0 --out" in cli.SHIPPED_COMMAND
-    test = task.examples_per_format("test", 10, seed=7)
+    test = task.examples_per_format("test", 40, seed=7)
     counts = training.exact_match_by_kind(model, test, tokenizer)
-    assert counts["all"][0] >= 0.97 * counts["all"][1], counts
+    assert counts["all"][0] >= 0.98 * counts["all"][1], counts
