@@ -1,3 +1,131 @@
-"""Figures of the course (see plotting/__init__.py)."""
+"""Figures of chapter 09: the Noam schedule, label smoothing, training curves, cross-attention of a trained model."""
 
-__all__: list[str] = []
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from transformer_lab.plotting.attention import attention_heatmap
+from transformer_lab.plotting.style import course_style, curves, new_figure, to_numpy
+
+__all__ = ["noam_schedule_plot", "label_smoothing_plot", "training_curves", "cross_attention_maps"]
+
+
+def noam_schedule_plot(
+    settings: Sequence[tuple[int, int]] = ((512, 4000), (512, 8000), (256, 4000)),
+    steps: int = 20000,
+    factor: float = 1.0,
+) -> Figure:
+    """The paper's learning rate against the step, one curve per (d_model, warmup) setting (chapter 09)."""
+    from transformer_lab.training import noam_lr
+
+    if not settings:
+        raise ValueError("settings must hold at least one (d_model, warmup) pair")
+    import torch
+
+    step = torch.arange(1, steps + 1)
+    series = {
+        f"d_model={d}, warmup={w}": (step.tolist(), noam_lr(step, d, w, factor).tolist())  # type: ignore[union-attr]
+        for d, w in settings
+    }
+    fig, axes = new_figure(size=(6.0, 3.4))
+    curves(axes[0, 0], series, title="Noam schedule: linear warm-up, then 1/sqrt(step)", y_title="learning rate")
+    return fig
+
+
+def label_smoothing_plot(
+    labels: Sequence[str], target: int, pad_id: int = 0, smoothing: float = 0.1, log_y: bool = True
+) -> Figure:
+    """Three target distributions for one position, as bars (chapter 09).
+
+    One-hot; ours (`tl.training.smoothed_targets`: eps spread over the real tokens, PAD gets 0); and
+    PyTorch's `label_smoothing` (eps / V on every class, PAD and the true token included).
+
+    Args:
+        labels: one label per vocabulary entry (V of them).
+        target: the id of the true token.
+    """
+    import torch
+
+    from transformer_lab.training import smoothed_targets
+
+    v = len(labels)
+    if not 0 <= target < v or target == pad_id:
+        raise ValueError(f"target must be a non-PAD id in [0, {v}), got {target}")
+    one_hot = np.zeros(v)
+    one_hot[target] = 1.0
+    ours = to_numpy(smoothed_targets(torch.tensor([target]), v, pad_id, smoothing)[0])
+    theirs = (1 - smoothing) * one_hot + smoothing / v
+    fig, axes = new_figure(size=(max(6.0, 0.16 * v + 2.0), 3.4))
+    ax = axes[0, 0]
+    x = np.arange(v)
+    with course_style():
+        for k, (name, values) in enumerate(
+            (("one-hot", one_hot), ("ours (PAD excluded)", ours), ("F.cross_entropy(label_smoothing)", theirs))
+        ):
+            ax.bar(x + (k - 1) * 0.28, values, width=0.28, label=name)
+        ax.set_xticks(x)
+        ax.set_xticklabels(list(labels), rotation=90, fontsize=7)
+        if log_y:
+            ax.set_yscale("log")
+        ax.set_xlabel("token")
+        ax.set_ylabel("target probability")
+        ax.set_title(f"target distribution for one position (eps = {smoothing})")
+        ax.legend(fontsize=8)
+    return fig
+
+
+def training_curves(histories: object | Mapping[str, object], title: str = "") -> Figure:
+    """Loss, learning rate and validation exact match of one or several `History` objects (chapter 09).
+
+    Args:
+        histories: a `tl.training.History` (or its `to_dict()`), or {name: history} to compare runs.
+    """
+    if not isinstance(histories, Mapping) or "loss" in histories:
+        histories = {"run": histories}
+    runs = {name: (h if isinstance(h, Mapping) else h.to_dict()) for name, h in histories.items()}  # type: ignore[union-attr]
+    fig, axes = new_figure(1, 3, size=(12.0, 3.4))
+    curves(
+        axes[0, 0], {n: (h["step"], h["loss"]) for n, h in runs.items()}, "training loss", y_title="loss", log_y=True
+    )
+    curves(axes[0, 1], {n: (h["step"], h["lr"]) for n, h in runs.items()}, "learning rate", y_title="lr")
+    curves(
+        axes[0, 2],
+        {n: (h["eval_step"], h["val_exact_match"]) for n, h in runs.items()},
+        "validation exact match (greedy)",
+        y_title="share of whole answers right",
+    )
+    axes[0, 2].set_ylim(-0.02, 1.02)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def cross_attention_maps(
+    maps: Sequence[tuple[object, Sequence[str], Sequence[str], str]],
+    n_cols: int = 2,
+    title: str = "",
+) -> Figure:
+    """Several cross-attention maps side by side, e.g. one per date format (chapters 07, 09).
+
+    Args:
+        maps: (weights (T, S), source labels (S), output labels (T), panel title) for each panel;
+            rows are the decoder's positions (queries), columns the source characters (keys).
+        n_cols: panels per row.
+    """
+    if not maps:
+        raise ValueError("maps must hold at least one (weights, source_labels, output_labels, title)")
+    n_rows = -(-len(maps) // n_cols)
+    widest = max(to_numpy(m[0]).shape[1] for m in maps)
+    tallest = max(to_numpy(m[0]).shape[0] for m in maps)
+    fig, axes = new_figure(n_rows, n_cols, size=(n_cols * (0.3 * widest + 2.4), n_rows * (0.3 * tallest + 1.9)))
+    for ax, (weights, src_labels, out_labels, name) in zip(axes.flat, maps, strict=False):
+        attention_heatmap(weights, src_labels, out_labels, title=name, ax=ax, annotate=False)
+        ax.tick_params(axis="x", labelrotation=0)  # single characters (年, 月, 日 included) read best upright
+    for ax in list(axes.flat)[len(maps) :]:
+        ax.set_visible(False)
+    if title:
+        fig.suptitle(title)
+    return fig

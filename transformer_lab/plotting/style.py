@@ -3,18 +3,31 @@
 from __future__ import annotations
 
 import contextlib
+import pathlib
 from collections.abc import Iterator, Mapping, Sequence
 
 import matplotlib as mpl
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib import font_manager
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 __all__ = ["STYLE", "course_style", "new_figure", "heatmap", "curves", "to_numpy"]
 
+#: A small font shipped with the package (a subset of Noto Sans CJK SC, SIL OFL 1.1, see
+#: assets/OFL-TransformerLabCJK-Subset.txt) covering ASCII and the Chinese characters of the course's
+#: tokens (年 月 日), so token labels draw on a machine without a CJK font and without a
+#: missing-glyph warning.
+CJK_FONT_FILE = pathlib.Path(__file__).resolve().parents[1] / "assets" / "TransformerLabCJK-Subset.otf"
+CJK_FONT_FAMILY = "TransformerLab CJK Subset"
+for _weight in ("", "-Bold"):  # regular and bold (titles are bold)
+    font_manager.fontManager.addfont(str(CJK_FONT_FILE.with_name(f"TransformerLabCJK-Subset{_weight}.otf")))
+
 #: matplotlib settings shared by every figure of the course.
 STYLE: dict[str, object] = {
+    # per-glyph fallback: DejaVu Sans first, the shipped subset for the Chinese characters
+    "font.family": ["DejaVu Sans", CJK_FONT_FAMILY],
     "figure.dpi": 90,
     "savefig.dpi": 90,
     "font.size": 10,
