@@ -21,6 +21,20 @@ __all__ = [
 ]
 
 
+def _matrix(name: str, values: object, hint: str) -> np.ndarray:
+    """`values` as a 2-D (T, S) numpy array, or a ValueError naming the argument."""
+    array = to_numpy(values)
+    if array.ndim != 2:
+        raise ValueError(f"{name} must be a 2-D (T, S) matrix, got shape {array.shape}; {hint}")
+    return array
+
+
+def _axes_for(values: np.ndarray, cell_width: float, width_pad: float, height_pad: float) -> Axes:
+    """A new figure's single axes, sized so each of the (T, S) cells stays readable."""
+    _, axes = new_figure(size=(cell_width * values.shape[1] + width_pad, 0.4 * values.shape[0] + height_pad))
+    return axes[0, 0]
+
+
 def attention_heatmap(
     weights: object,
     key_labels: Sequence[str] | None = None,
@@ -37,12 +51,8 @@ def attention_heatmap(
         query_labels: T labels for the rows (the tokens attending).
         annotate: write each weight in its cell (default: when the matrix is at most 10 x 10).
     """
-    values = to_numpy(weights)
-    if values.ndim != 2:
-        raise ValueError(f"weights must be a (T, S) matrix, got shape {values.shape}; pick one batch row and head")
-    if ax is None:
-        fig, axes = new_figure(size=(0.45 * values.shape[1] + 2.6, 0.4 * values.shape[0] + 1.8))
-        ax = axes[0, 0]
+    values = _matrix("weights", weights, "pick one batch row and head")
+    ax = ax if ax is not None else _axes_for(values, cell_width=0.45, width_pad=2.6, height_pad=1.8)
     if annotate is None:
         annotate = max(values.shape) <= 10
     heatmap(
@@ -117,12 +127,8 @@ def mask_picture(
     ax: Axes | None = None,
 ) -> Figure:
     """A (T, S) bool mask as a picture: blue where the query may attend to the key, grey where not."""
-    values = to_numpy(mask)
-    if values.ndim != 2:
-        raise ValueError(f"mask must be 2-D (T, S) after choosing a batch row and head, got shape {values.shape}")
-    if ax is None:
-        fig, axes = new_figure(size=(0.4 * values.shape[1] + 2.2, 0.4 * values.shape[0] + 1.6))
-        ax = axes[0, 0]
+    values = _matrix("mask", mask, "choose a batch row and head first")
+    ax = ax if ax is not None else _axes_for(values, cell_width=0.4, width_pad=2.2, height_pad=1.6)
     heatmap(
         ax,
         values,
