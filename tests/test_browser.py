@@ -63,7 +63,7 @@ def uses_widgets(path: pathlib.Path) -> bool:
     )
 
 
-WIDGET_CHAPTERS = [p for p in sorted(ROOT.glob("notebooks/[0-9][0-9]_*.ipynb")) if uses_widgets(p)]
+WIDGET_CHAPTERS = [p for p in sorted(ROOT.glob("notebooks/solutions/[0-9][0-9]_*.ipynb")) if uses_widgets(p)]
 
 
 def strip(path: pathlib.Path, dest: pathlib.Path) -> None:

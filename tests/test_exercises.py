@@ -8,14 +8,19 @@ and never raise from check() whatever the learner's function does.
 
 from __future__ import annotations
 
+import functools
 import importlib
+import random
 import re
+import sys
 
+import numpy as np
 import pytest
 import torch
 
 import transformer_lab as tl
 from transformer_lab.exercises import Case, Exercise, all_exercises, compare
+from transformer_lab.exercises.core import KINDS, LEVELS
 
 EXERCISES = all_exercises()
 IDS = sorted(EXERCISES)
@@ -25,17 +30,30 @@ def test_there_are_exercises() -> None:
     assert len(EXERCISES) >= 1
 
 
-def test_each_chapter_module_has_at_least_three_exercises() -> None:
-    """Chapters 01-09 each need >= 3 exercises (NOTEBOOKS.md); chapter 00 has a single warm-up."""
+CHAPTER_MODULE = re.compile(r"ch(0[1-9]|1[0-9])_")
+
+
+def test_each_chapter_has_at_least_four_exercises_of_three_kinds() -> None:
+    """Chapters 01 on: >= 4 exercises each, of >= 3 kinds (NOTEBOOKS.md); chapter 00 has a single warm-up."""
     import pkgutil
 
     import transformer_lab.exercises as package
 
-    modules = [info.name for info in pkgutil.iter_modules(package.__path__) if re.match(r"ch0[1-9]_", info.name)]
+    modules = [info.name for info in pkgutil.iter_modules(package.__path__) if CHAPTER_MODULE.match(info.name)]
     assert modules, "no chapter exercise module found"
     for module in modules:
-        count = sum(name.startswith(module + ".") for name in EXERCISES)
-        assert count >= 3, f"{module} has {count} exercises, NOTEBOOKS.md asks for at least 3"
+        mine = [ex for name, ex in EXERCISES.items() if name.startswith(module + ".")]
+        assert len(mine) >= 4, f"{module} has {len(mine)} exercises, the course asks for at least 4"
+        kinds = {ex.kind for ex in mine}
+        assert len(kinds) >= 3, f"{module} has exercises of {len(kinds)} kinds ({sorted(kinds)}), at least 3 needed"
+
+
+def test_enough_exercises_of_each_kind_in_chapters_01_to_09() -> None:
+    mine = [ex for name, ex in EXERCISES.items() if re.match(r"ch0[1-9]_", name)]
+    counts = {kind: sum(ex.kind == kind for ex in mine) for kind in KINDS}
+    assert len(mine) >= 40, f"chapters 01-09 have {len(mine)} exercises, at least 40 needed"
+    for kind, least in {"build": 8, "predict": 8, "transfer": 8, "debug": 6}.items():
+        assert counts[kind] >= least, f"{counts[kind]} exercises of kind {kind!r} in chapters 01-09, need {least}"
 
 
 def _blank(*args: object) -> object:
@@ -54,19 +72,97 @@ def _wrong_shape(*args: object) -> torch.Tensor:
     return torch.zeros(7, 1, 3)
 
 
+def _exits(*args: object) -> object:
+    sys.exit(1)
+
+
+def _interrupts(*args: object) -> object:
+    raise KeyboardInterrupt
+
+
+def _recurses(*args: object) -> object:
+    return _recurses(*args)
+
+
+def _generator(*args: object) -> object:
+    yield torch.zeros(1)
+
+
+def _complex(*args: object) -> torch.Tensor:
+    return torch.zeros(2, 2, dtype=torch.complex64)
+
+
+def _meta_device(*args: object) -> torch.Tensor:
+    return torch.zeros(2, 2, device="meta")
+
+
+def _reseeds(*args: object) -> object:
+    torch.manual_seed(1234)
+    random.seed(1234)
+    np.random.seed(1234)  # noqa: NPY002 - the legacy global generator is what a check must leave alone
+    torch.set_default_dtype(torch.float64)
+    return None
+
+
+CANDIDATES = {
+    "none": _returns_none,
+    "raises": _raises,
+    "shape": _wrong_shape,
+    "int": 42,
+    "exit": _exits,
+    "interrupt": _interrupts,
+    "recursion": _recurses,
+    "generator": _generator,
+    "complex": _complex,
+    "meta-device": _meta_device,
+    "reseeds": _reseeds,
+}
+
+
 def _report(exercise: Exercise, candidate: object, capsys: pytest.CaptureFixture[str]) -> str:
     exercise.check(candidate)  # must not raise
     return capsys.readouterr().out
 
 
 @pytest.mark.parametrize("name", IDS)
-def test_reference_solution_passes(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_level_and_kind(name: str) -> None:
     exercise = EXERCISES[name]
-    result = exercise.run(exercise.reference)
+    assert exercise.level in LEVELS and exercise.kind in KINDS
+
+
+@pytest.mark.parametrize("name", IDS)
+def test_reference_solution_passes(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """The reference's work, as an answer of its own (a distinct function), passes every case."""
+    exercise = EXERCISES[name]
+    answer = exercise.reference_copy()
+    result = exercise.run(answer)
     assert result.passed, result.report()
     assert len(result.lines) == len(exercise.cases)
-    exercise.grade(exercise.reference)
-    assert "All correct" in _report(exercise, exercise.reference, capsys)
+    exercise.grade(answer)
+    assert "All correct" in _report(exercise, answer, capsys)
+
+
+@pytest.mark.parametrize("name", IDS)
+def test_calling_the_reference_is_a_shortcut(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    exercise = EXERCISES[name]
+    reference = exercise.reference
+    alias = getattr(importlib.import_module(reference.__module__), reference.__name__)
+    for candidate in (reference, lambda *a: alias(*a), functools.partial(reference)):
+        result = exercise.run(candidate)
+        assert not result.passed and result.shortcut, result.report()
+        assert "Build it from the pieces" in _report(exercise, candidate, capsys)
+
+
+@pytest.mark.parametrize("name", IDS)
+def test_library_shortcuts_get_no_credit(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    exercise = EXERCISES[name]
+    if exercise.kind != "predict":
+        assert exercise.shortcuts, f"{name}: give at least one shortcut (the finished version called) in shortcuts="
+    for shortcut in exercise.shortcuts:
+        result = exercise.run(shortcut)
+        assert not result.passed and result.shortcut, f"{name}: {shortcut.__name__} got credit:\n{result.report()}"
+        out = _report(exercise, shortcut, capsys)
+        assert "Build it from the pieces" in out and "All correct" not in out
 
 
 @pytest.mark.parametrize("name", IDS)
@@ -76,6 +172,7 @@ def test_has_known_wrong_solutions_and_rejects_each(name: str, capsys: pytest.Ca
     for wrong in exercise.wrong:
         result = exercise.run(wrong)
         assert not result.passed, f"{name} accepted the wrong solution {wrong.__name__}"
+        assert not result.shortcut, f"{name}: the wrong answer {wrong.__name__} calls a forbidden function"
         with pytest.raises(AssertionError):
             exercise.grade(wrong)
         out = _report(exercise, wrong, capsys)
@@ -83,61 +180,92 @@ def test_has_known_wrong_solutions_and_rejects_each(name: str, capsys: pytest.Ca
 
 
 @pytest.mark.parametrize("name", IDS)
-def test_blank_answer_says_not_implemented(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_blank_answer_says_not_done_yet_with_the_true_number_of_cases(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     exercise = EXERCISES[name]
     out = _report(exercise, _blank, capsys)
-    assert "not implemented yet" in out
-    assert out.count("not implemented yet") == 1  # said once, not once per case
+    assert "not done yet" in out and out.count("not done yet") == 1
+    assert f"0 of {len(exercise.cases)} cases" in out
+    assert out.strip() == exercise.blank_report()
     with pytest.raises(AssertionError):
         exercise.grade(_blank)
 
 
 @pytest.mark.parametrize("name", IDS)
-@pytest.mark.parametrize(
-    "candidate", [_returns_none, _raises, _wrong_shape, 42], ids=["none", "raises", "shape", "int"]
-)
-def test_check_never_raises(name: str, candidate: object, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("candidate", list(CANDIDATES), ids=list(CANDIDATES))
+def test_check_never_raises_and_keeps_the_random_state(
+    name: str, candidate: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     exercise = EXERCISES[name]
-    out = _report(exercise, candidate, capsys)
-    assert "✗" in out
-    assert not exercise.run(candidate).passed
+    function = CANDIDATES[candidate]
+    torch.manual_seed(0)
+    random.seed(0)
+    np.random.seed(0)  # noqa: NPY002 - the legacy global generator is what a check must leave alone
+    out = _report(exercise, function, capsys)
+    after = (torch.rand(3), random.random(), np.random.rand(), torch.get_default_dtype())  # noqa: NPY002
+    torch.manual_seed(0)
+    random.seed(0)
+    np.random.seed(0)  # noqa: NPY002 - the legacy global generator is what a check must leave alone
+    before = (torch.rand(3), random.random(), np.random.rand(), torch.get_default_dtype())  # noqa: NPY002
+    assert torch.equal(after[0], before[0]) and after[1:] == before[1:], "check() changed the global random state"
+    assert "✗" in out, out
+    assert not exercise.run(function).passed
     with pytest.raises(AssertionError):
-        exercise.grade(candidate)
-    if candidate is _raises:
+        exercise.grade(function)
+    if candidate == "raises":
         assert "raised ZeroDivisionError: a bug in the learner's code" in out
 
 
 @pytest.mark.parametrize("name", IDS)
-def test_hint_and_solution_print(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_check_cell_run_twice_leaves_later_numbers_unchanged(name: str, capsys: pytest.CaptureFixture[str]) -> None:
     exercise = EXERCISES[name]
-    exercise.hint()
-    header, _, body = capsys.readouterr().out.partition("\n")
-    assert header == f"Hint for {exercise.name}:" and body.strip(), "the hint must say something"
-    exercise.solution()
-    assert capsys.readouterr().out.strip(), "solution() must print the reference's source"
-
-
-def _tensors(value: object) -> list[torch.Tensor]:
-    """Every tensor inside a case's inputs (nested tuples, lists, dicts, modules' state)."""
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, torch.nn.Module):
-        return list(value.state_dict().values())
-    if isinstance(value, (tuple, list)):
-        return [t for v in value for t in _tensors(v)]
-    if isinstance(value, dict):
-        return [t for v in value.values() for t in _tensors(v)]
-    return []
+    torch.manual_seed(0)
+    first = torch.rand(4)
+    torch.manual_seed(0)
+    exercise.check(exercise.reference_copy())
+    exercise.check(exercise.reference_copy())
+    assert torch.equal(torch.rand(4), first)
 
 
 @pytest.mark.parametrize("name", IDS)
-def test_cases_are_deterministic(name: str) -> None:
-    """Each case builds the same inputs every time (the reference and the learner see the same)."""
-    for case in EXERCISES[name].cases:
-        first, second = _tensors(case.inputs()), _tensors(case.inputs())
-        assert len(first) == len(second), case.name
-        for a, b in zip(first, second, strict=True):
-            assert a.shape == b.shape and torch.equal(a.nan_to_num(), b.nan_to_num()), case.name
+def test_hints_in_steps_and_a_solution(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    exercise = EXERCISES[name]
+    assert len(exercise.hints) >= 3, f"{name}: hints in at least three steps (hint(), hint(2), hint(3))"
+    for step in range(1, len(exercise.hints) + 1):
+        exercise.hint(step)
+        header, _, body = capsys.readouterr().out.partition("\n")
+        assert header == f"Hint {step} of {len(exercise.hints)} for {exercise.name}:" and body.strip()
+    exercise.hint(len(exercise.hints) + 1)  # out of range: a friendly line, no exception
+    assert "has hints 1 to" in capsys.readouterr().out
+    exercise.solution()
+    source = capsys.readouterr().out
+    assert source.startswith(f"def {exercise.name}("), source[:200]
+
+
+@pytest.mark.parametrize("name", IDS)
+def test_solution_is_more_than_a_call_into_the_library(name: str) -> None:
+    """solution() shows working code from primitives, never only `return tl.something(...)`."""
+    import ast
+    import inspect
+    import textwrap
+
+    exercise = EXERCISES[name]
+    tree = ast.parse(textwrap.dedent(inspect.getsource(exercise.reference)))
+    function = tree.body[0]
+    body = [node for node in function.body if not (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant))]
+    if len(body) == 1 and isinstance(body[0], ast.Return) and isinstance(body[0].value, ast.Call):
+        called = body[0].value.func
+        target = None
+        if isinstance(called, ast.Name):
+            target = exercise.reference.__globals__.get(called.id)
+        elif isinstance(called, ast.Attribute) and isinstance(called.value, ast.Name):
+            owner = exercise.reference.__globals__.get(called.value.id)
+            target = getattr(owner, called.attr, None)
+        module = getattr(target, "__module__", "") or ""
+        assert not (module.startswith("transformer_lab") and not module.startswith("transformer_lab.exercises")), (
+            f"{name}: solution() would show only a call into the library ({ast.unparse(body[0])})"
+        )
 
 
 def test_exercise_modules_are_importable_by_notebook_name() -> None:
@@ -145,37 +273,60 @@ def test_exercise_modules_are_importable_by_notebook_name() -> None:
         importlib.import_module(f"transformer_lab.exercises.{module}")
 
 
-# --- references agree with the library --------------------------------------------------------
+def test_shortcut_spellings_are_all_seen() -> None:
+    """A forbidden torch function is seen by any spelling; a forbidden Python function by any name."""
+    import torch.nn.functional as F
+
+    def reference(x: torch.Tensor) -> torch.Tensor:
+        e = (x - x.max(-1, keepdim=True).values).exp()
+        return e / e.sum(-1, keepdim=True)
+
+    exercise = Exercise(
+        "softmax_rows",
+        reference=reference,
+        cases=[Case("a row", lambda: (torch.tensor([[1.0, 2.0, 3.0]]),))],
+        hints=["a", "b", "c"],
+        level="easy",
+        kind="build",
+        forbidden=["softmax", tl.scaled_dot_product_attention],
+    )
+    soft = torch.softmax
+    spellings = {
+        "torch.softmax": lambda x: torch.softmax(x, -1),
+        "F.softmax": lambda x: F.softmax(x, dim=-1),
+        "method": lambda x: x.softmax(-1),
+        "alias": lambda x: soft(x, -1),
+        "getattr": lambda x: getattr(torch, "soft" + "max")(x, -1),
+        "special": lambda x: torch.special.softmax(x, -1),
+        "nn.Softmax": lambda x: torch.nn.Softmax(dim=-1)(x),
+        "library by another name": lambda x: (lambda f: f(x, x, x)[1])(tl.attention.scaled_dot_product_attention),
+    }
+    for spelling, candidate in spellings.items():
+        result = exercise.run(candidate)
+        assert result.shortcut and not result.passed, spelling
+    assert exercise.run(exercise.reference_copy()).passed
 
 
-def test_chapter_references_match_the_library() -> None:
-    from transformer_lab.exercises import ch01_attention, ch02_masking, ch03_multihead
-
-    for case in ch01_attention.attention.cases:
-        got = ch01_attention.attention.reference(*case.inputs())
-        expected = tl.scaled_dot_product_attention(*case.inputs())
-        torch.testing.assert_close(got, expected)
-    for size in (1, 4):
-        assert torch.equal(ch02_masking.build_causal_mask.reference(size), tl.causal_mask(size))
-    tokens = torch.tensor([[3, 4, 0], [5, 0, 0]])
-    assert torch.equal(ch02_masking.build_padding_mask.reference(tokens, 0), tl.padding_mask(tokens, 0))
-    assert torch.equal(ch02_masking.build_decoder_mask.reference(tokens, 0), tl.target_mask(tokens, 0))
-    mask = tl.causal_mask(3)
-    assert torch.equal(ch02_masking.to_additive.reference(mask), tl.to_additive_mask(mask))
-    # the full multi-head forward equals tl.MultiHeadAttention with the same weights, in float64
-    exercise = ch03_multihead.multi_head_attention
-    for case in exercise.cases:
-        query, key, value, weights, n_heads, mask = case.inputs()
-        module = tl.MultiHeadAttention(query.shape[-1], n_heads).double()
-        module.load_state_dict({k: v.double() for k, v in weights.items()})
-        w64 = {k: v.double() for k, v in weights.items()}
-        got = exercise.reference(query.double(), key.double(), value.double(), w64, n_heads, mask)
-        torch.testing.assert_close(got, module(query.double(), key.double(), value.double(), mask), rtol=0, atol=1e-12)
-    x = torch.randn(2, 5, 8, dtype=torch.float64)
-    module = tl.MultiHeadAttention(8, 4)
-    torch.testing.assert_close(ch03_multihead.split_heads.reference(x, 4), module.split_heads(x))
-    heads = module.split_heads(x)
-    torch.testing.assert_close(ch03_multihead.merge_heads.reference(heads), module.merge_heads(heads))
+def test_predict_never_prints_the_expected_value(capsys: pytest.CaptureFixture[str]) -> None:
+    exercise = Exercise(
+        "predict_shape",
+        reference=lambda: (2, 8, 5, 4),
+        cases=[Case("your prediction", lambda: ())],
+        hints=["a", "b", "c"],
+        level="easy",
+        kind="predict",
+        why="B, H, T, d_k.",
+        explain={(2, 5, 32): "that is before the split into heads."},
+    )
+    exercise.check(lambda: (2, 5, 32))
+    out = capsys.readouterr().out
+    assert "before the split" in out and "(2, 8, 5, 4)" not in out and "8, 5, 4" not in out
+    exercise.check(lambda: (1, 2, 3))
+    out = capsys.readouterr().out
+    assert "not right" in out and "(2, 8, 5, 4)" not in out
+    exercise.check(lambda: [2, 8, 5, 4])
+    out = capsys.readouterr().out
+    assert "All correct" in out and "B, H, T, d_k." in out
 
 
 # --- compare(): the messages a learner reads ----------------------------------------------------
@@ -220,7 +371,7 @@ def test_compare_bool_masks() -> None:
 def test_compare_types_and_structure() -> None:
     assert compare(None, torch.zeros(1)) == "output should be a torch.Tensor, got NoneType"
     assert compare(torch.zeros(1), (torch.zeros(1), torch.zeros(1))) == (
-        "output should be a tuple of 2 items, got Tensor"
+        "output should be a tuple of 2 items, got a tensor of shape (1,)"
     )
     message = compare((torch.zeros(1), torch.ones(1)), (torch.zeros(1), torch.zeros(1)))
     assert message is not None and message.startswith("output[1] has wrong values")
@@ -233,7 +384,9 @@ def test_in_place_change_is_reported(capsys: pytest.CaptureFixture[str]) -> None
         "double",
         reference=lambda x: x * 2,
         cases=[Case("a vector", lambda: (torch.ones(3),))],
-        hint="multiply by 2",
+        hints=["multiply by 2", "x * 2", "return x * 2"],
+        level="easy",
+        kind="build",
     )
 
     def in_place(x: torch.Tensor) -> torch.Tensor:
@@ -249,7 +402,9 @@ def test_in_place_change_inside_a_dict_is_reported() -> None:
         "total",
         reference=lambda d: d["a"].sum(),
         cases=[Case("a dict", lambda: ({"a": torch.ones(3)},))],
-        hint="",
+        hints=["a", "b", "c"],
+        level="easy",
+        kind="build",
     )
     result = exercise.run(lambda d: d["a"].add_(1).sum() - 3)
     assert "changed its input tensor in place" in result.lines[0][1]
@@ -265,20 +420,23 @@ def test_expected_exception_cases() -> None:
         "one_d",
         reference=reference,
         cases=[Case("1-D", lambda: (torch.ones(2),)), Case("2-D", lambda: (torch.ones(2, 2),), raises=ValueError)],
-        hint="",
+        hints=["a", "b", "c"],
+        level="easy",
+        kind="build",
     )
-    assert exercise.run(reference).passed
+    assert exercise.run(exercise.reference_copy()).passed
     result = exercise.run(lambda x: x)
     assert not result.passed
     assert re.search(r"should raise ValueError", result.lines[1][1])
 
 
 def test_report_counts_cases() -> None:
-    exercise = EXERCISES["ch01_attention.softmax_rows"]
-    report = exercise.run(exercise.wrong[0]).report()
-    assert report.splitlines()[0].startswith("softmax_rows: ") and "cases passed" in report.splitlines()[0]
+    for exercise in EXERCISES.values():
+        report = exercise.run(exercise.wrong[0]).report()
+        first = report.splitlines()[0]
+        assert first.startswith(f"{exercise.name}: ") and f"of {len(exercise.cases)} cases passed" in first
 
 
 def test_exercise_needs_a_case() -> None:
     with pytest.raises(ValueError, match="at least one case"):
-        Exercise("x", reference=lambda: None, cases=[], hint="")
+        Exercise("x", reference=lambda: None, cases=[], hints=["a"], level="easy", kind="build")

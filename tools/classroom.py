@@ -3,7 +3,7 @@
     python tools/classroom.py student [--out student/] [--course-dir classroom/]
     python tools/classroom.py grade SUBMISSIONS/ [--course-dir classroom/] [--csv grades.csv]
 
-`student` copies every chapter (notebooks/NN_*.ipynb) into an nbgrader course directory
+`student` copies every chapter of the source edition (notebooks/solutions/NN_*.ipynb) into an nbgrader course directory
 (`classroom/` by default, with its own nbgrader_config.py written there) as one assignment,
 "transformer_lab", together with a copy of the package and the pinned requirements, and runs
 `nbgrader generate_assignment`: solution regions become `raise NotImplementedError()`, the hidden
@@ -103,8 +103,8 @@ def split_hidden(source: str) -> tuple[str, str]:
 
 
 def chapter_notebooks(root: pathlib.Path = ROOT) -> list[pathlib.Path]:
-    """The course's chapters: notebooks/NN_*.ipynb, in order."""
-    return sorted((root / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    """The course's chapters with their answers (the source edition): notebooks/solutions/NN_*.ipynb, in order."""
+    return sorted((root / "notebooks" / "solutions").glob("[0-9][0-9]_*.ipynb"))
 
 
 def grading_env(quick: bool = True) -> dict[str, str]:
@@ -161,7 +161,7 @@ def build_course(
     """
     notebooks = list(chapter_notebooks() if notebooks is None else notebooks)
     if not notebooks:
-        raise ValueError("notebooks: no chapter notebook to generate (expected notebooks/NN_*.ipynb)")
+        raise ValueError("notebooks: no chapter notebook to generate (expected notebooks/solutions/NN_*.ipynb)")
     course_dir = course_dir.resolve()
     write_config(course_dir)
     source = course_dir / "source" / assignment
@@ -284,7 +284,7 @@ def grade_folder(
 ) -> list[dict[str, object]]:
     """Autograde every student in `submissions` and export the grades; return the per-cell rows."""
     if not (course_dir / "gradebook.db").exists():
-        print(f"{course_dir}: no gradebook yet, generating the assignment from notebooks/ first", file=sys.stderr)
+        print(f"{course_dir}: no gradebook yet, generating the assignment from notebooks/solutions/ first", file=sys.stderr)
         build_course(course_dir)
     for student in collect(submissions, course_dir):
         print(f"{student}: autograding...", flush=True)

@@ -1,9 +1,11 @@
 """Re-execute the course's notebooks in place, each top to bottom in a fresh kernel.
 
-    python tools/execute_notebooks.py                       # every notebook in notebooks/
-    python tools/execute_notebooks.py notebooks/01_*.ipynb  # some of them
+    python tools/execute_notebooks.py                                 # every chapter of the source edition
+    python tools/execute_notebooks.py notebooks/solutions/01_*.ipynb  # some of them
 
-Each kernel runs with one thread (OMP_NUM_THREADS=1) in the notebooks/ folder, so the stored
+The source edition (notebooks/solutions/, the chapters with their answers) is the one executed; the
+learner edition (notebooks/) is generated from it afterwards by tools/editions.py, never executed here.
+Each kernel runs with one thread (OMP_NUM_THREADS=1) in the notebook's folder, so the stored
 outputs are the ones nbval will see in CI. Prints each notebook's wall time and its kernel's peak
 memory (VmHWM, the kernel process's high-water resident set), and stops at the first error.
 """
@@ -54,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("notebooks", nargs="*", type=pathlib.Path, help="notebooks to run (default: all)")
     args = parser.parse_args(argv)
-    paths = args.notebooks or sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    paths = args.notebooks or sorted((ROOT / "notebooks" / "solutions").glob("[0-9][0-9]_*.ipynb"))
     for path in paths:
         print(f"{path.name}: running...", flush=True)
         elapsed, peak = execute(path.resolve())

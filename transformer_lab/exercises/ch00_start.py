@@ -33,6 +33,14 @@ def _lengths_not_squared(x: Tensor) -> Tensor:
     return (x * x).sum(dim=-1).sqrt()
 
 
+def _norm_squared(x: Tensor) -> Tensor:  # the finished version: gets no credit
+    return torch.linalg.vector_norm(x, dim=-1) ** 2
+
+
+def _norm_method(x: Tensor) -> Tensor:
+    return x.norm(dim=-1).pow(2)
+
+
 squared_lengths = Exercise(
     name="squared_lengths",
     reference=_squared_lengths_reference,
@@ -44,9 +52,23 @@ squared_lengths = Exercise(
             lambda: (torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(0)),),
         ),
     ],
-    hint="""
-    Multiply x by itself element by element (x * x), then add up along the LAST dimension:
-    .sum(dim=-1). The result has one number per vector, so a (3, 2) input gives a (3,) output.
-    """,
+    hints=[
+        """
+        The squared length of a vector is the sum of its entries squared: for (3, 4) it is 9 + 16.
+        Which dimension of x holds the entries of one vector?
+        """,
+        """
+        Square every entry first (x * x squares element by element), then add up along the LAST
+        dimension, the one that holds a vector's entries.
+        """,
+        """
+        (x * x) has the shape of x; a sum over dim=-1 leaves one number per vector, so a (3, 2)
+        input gives a (3,) output. Combine the two steps into one expression.
+        """,
+    ],
+    level="easy",
+    kind="build",
     wrong=[_sum_then_square, _wrong_dimension, _lengths_not_squared],
+    forbidden=["vector_norm", "norm", "linalg_vector_norm"],
+    shortcuts=[_norm_squared, _norm_method],
 )

@@ -58,11 +58,15 @@ softmax_rows = Exercise(
         Case("equal scores give equal weights", lambda: (torch.full((2, 4), 7.0),)),
         Case("large scores (up to 1000): subtract the row maximum first", lambda: (_randn(3, 6, seed=3) * 1000.0,)),
     ],
-    hint="""
+    hints=[
+        """
     Work over dim=-1 and keep that dimension (keepdim=True) so the shapes broadcast.
     exp() of a large number overflows to inf, and inf / inf is NaN: subtract each row's maximum
     first. softmax(x) == softmax(x - c) for any constant c, so the answer does not change.
-    """,
+    """
+    ],
+    level="medium",
+    kind="build",
     wrong=[_softmax_naive, _softmax_wrong_dim, _softmax_unnormalised],
 )
 
@@ -97,11 +101,15 @@ scaled_scores = Exercise(
         Case("a batch (2, 3, 8) x (2, 4, 8)", lambda: (_randn(2, 3, 8, seed=14), _randn(2, 4, 8, seed=15))),
         Case("batch and heads (2, 2, 3, 4)", lambda: (_randn(2, 2, 3, 4, seed=16), _randn(2, 2, 3, 4, seed=17))),
     ],
-    hint="""
+    hints=[
+        """
     Swap the LAST two dimensions of key with key.transpose(-2, -1) (key.transpose(0, 1) or key.T only
     work for a single matrix, not for a batch), multiply with @, and divide by math.sqrt(d_k) where
     d_k is query.shape[-1].
-    """,
+    """
+    ],
+    level="medium",
+    kind="build",
     wrong=[_scores_unscaled, _scores_divided_by_d_k, _scores_key_t],
 )
 
@@ -192,13 +200,17 @@ attention = Exercise(
             lambda: (_randn(3, 4, seed=32), _randn(5, 4, seed=33), _randn(5, 4, seed=34), _half_blind(3, 5)),
         ),
     ],
-    hint="""
+    hints=[
+        """
     1. scores = Q K^T / sqrt(d_k)                      (your scaled_scores)
     2. where mask is False, put -inf: scores.masked_fill(~mask, float("-inf"))
     3. weights = softmax over the keys (dim=-1)
     4. a row whose keys are ALL masked is softmax(-inf, ..., -inf) = NaN: set the masked
        weights to 0 afterwards, e.g. weights.masked_fill(~mask, 0.0)
     5. return (weights @ value, weights)
-    """,
+    """
+    ],
+    level="medium",
+    kind="build",
     wrong=[_attention_no_scale, _attention_ignores_mask, _attention_nan_rows, _attention_inverted_mask],
 )

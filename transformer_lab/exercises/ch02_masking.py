@@ -53,10 +53,14 @@ build_causal_mask = Exercise(
         Case("size 3", lambda: (3,)),
         Case("size 6", lambda: (6,)),
     ],
-    hint="""
+    hints=[
+        """
     Start from torch.ones(size, size, dtype=torch.bool) and keep the lower triangle with .tril():
     row i (the query) has True in columns 0..i (the keys it may see), diagonal included.
-    """,
+    """
+    ],
+    level="medium",
+    kind="build",
     wrong=[_causal_triu, _causal_strict, _causal_float],
 )
 
@@ -89,10 +93,14 @@ build_padding_mask = Exercise(
         Case("two sequences, the second padded", lambda: (_tokens([5, 6, 7, 8], [9, 4, PAD, PAD]), PAD)),
         Case("pad_id=1 and a token id 0 that is real", lambda: (_tokens([0, 3, 1], [2, 1, 1]), 1)),
     ],
-    hint="""
+    hints=[
+        """
     (tokens != pad_id) gives a (B, S) bool tensor. Insert two size-1 dimensions for the heads and
     the queries, e.g. with [:, None, None, :] or .unsqueeze(1).unsqueeze(2), to get (B, 1, 1, S).
-    """,
+    """
+    ],
+    level="medium",
+    kind="build",
     wrong=[_padding_flat, _padding_inverted, _padding_on_queries],
 )
 
@@ -131,11 +139,15 @@ build_decoder_mask = Exercise(
         Case("the second sequence padded", lambda: (_tokens([3, 4, 5, 6], [7, 8, PAD, PAD]), PAD)),
         Case("three sequences, pad_id=2", lambda: (_tokens([5, 2, 2], [5, 6, 2], [5, 6, 7]), 2)),
     ],
-    hint="""
+    hints=[
+        """
     Build the two masks you already have, a padding mask (B, 1, 1, T) and a causal mask (T, T),
     and keep a position only if BOTH allow it: `&`. Broadcasting does the rest: (B, 1, 1, T) & (T, T)
     -> (B, 1, T, T).
-    """,
+    """
+    ],
+    level="medium",
+    kind="build",
     wrong=[_decoder_or, _decoder_causal_only, _decoder_pad_queries],
 )
 
@@ -173,9 +185,13 @@ to_additive = Exercise(
         ),
         Case("everything allowed", lambda: (torch.ones(2, 2, dtype=torch.bool),)),
     ],
-    hint="""
+    hints=[
+        """
     Start from torch.zeros(mask.shape) (float32) and write float("-inf") where the mask is False:
     .masked_fill(~mask, float("-inf")). Adding this to the scores leaves allowed scores unchanged.
-    """,
+    """
+    ],
+    level="medium",
+    kind="build",
     wrong=[_additive_big_negative, _additive_inverted, _additive_in_place],
 )

@@ -58,11 +58,15 @@ split_heads = Exercise(
         Case("one head: only a new axis", lambda: (_randn(2, 4, 4, seed=41), 1)),
         Case("B=2, L=5, D=16, H=4", lambda: (_randn(2, 5, 16, seed=42), 4)),
     ],
-    hint="""
+    hints=[
+        """
     Two steps: x.view(B, L, H, d_k) cuts each position's D features into H consecutive slices of
     d_k (head 0 gets features 0..d_k-1); then .transpose(1, 2) swaps L and H to give (B, H, L, d_k).
     A single x.view(B, H, L, d_k) has the right shape but mixes positions into heads.
-    """,
+    """
+    ],
+    level="medium",
+    kind="build",
     wrong=[_split_view_only, _split_no_transpose, _split_wrong_transpose],
 )
 
@@ -100,11 +104,15 @@ merge_heads = Exercise(
         Case("one head", lambda: (_randn(2, 1, 3, 4, seed=51),)),
         Case("B=2, H=4, L=5, d_k=3", lambda: (_randn(2, 4, 5, 3, seed=52),)),
     ],
-    hint="""
+    hints=[
+        """
     Undo split_heads in reverse order: .transpose(1, 2) back to (B, L, H, d_k), then glue the last two
     dimensions with .view(B, L, H * d_k). view needs a contiguous tensor and transpose does not copy,
     so call .contiguous() in between (or use .reshape, which copies when it must).
-    """,
+    """
+    ],
+    level="medium",
+    kind="build",
     wrong=[_merge_view_only, _merge_no_contiguous, _merge_wrong_order],
 )
 
@@ -211,12 +219,16 @@ multi_head_attention = Exercise(
             ),
         ),
     ],
-    hint="""
+    hints=[
+        """
     weights holds nn.Linear-style tensors: weights["w_q.weight"] is (D, D) and a Linear computes
     x @ W.T + b. Then: project Q, K, V; split each into heads (your split_heads); scaled dot-product
     attention in every head at once (the mask broadcasts over (B, H, T, S)); merge the heads (your
     merge_heads); and finish with the output projection w_o.
-    """,
+    """
+    ],
+    level="medium",
+    kind="build",
     run=_run_mha,
     wrong=[_mha_no_scale, _mha_one_head, _mha_no_output_projection, _mha_shared_projection],
 )

@@ -64,11 +64,15 @@ layer_norm = Exercise(
             lambda: (torch.full((2, 6), 7.0), torch.ones(6), torch.arange(6.0), 1e-5),
         ),
     ],
-    hint="""
+    hints=[
+        """
         Take the mean and the variance over the last axis (dim=-1) with keepdim=True so they broadcast.
         Use the biased variance, x.var(dim=-1, unbiased=False) (divide by D, as nn.LayerNorm), and divide
         by sqrt(var + eps), not by std + eps. Then multiply by gamma and add beta: both are (D,) vectors.
-    """,
+    """
+    ],
+    level="medium",
+    kind="build",
     wrong=[_ln_notes, _ln_wrong_axis, _ln_no_affine],
 )
 
@@ -116,11 +120,15 @@ masked_feature_statistics = Exercise(
         Case("one long sequence and much padding", lambda: _padded_batch([6, 1, 1, 1], 6, 3, 2)),
         Case("a batch of one sequence", lambda: _padded_batch([3], 5, 4, 3)),
     ],
-    hint="""
+    hints=[
+        """
         BatchNorm gives one mean and one variance per feature (shape (D,)), over every real token of the
         batch. Boolean indexing x[mask] keeps the real tokens as an (N, D) matrix; then average over
         dim 0. Use the biased variance (divide by N), and don't let the padded vectors in.
-    """,
+    """
+    ],
+    level="medium",
+    kind="build",
     wrong=[_stats_counting_padding, _stats_unbiased, _stats_per_token],
 )
 
@@ -179,11 +187,15 @@ update_running_statistics = Exercise(
         Case("momentum 1.0: the running values become the batch's", lambda: _running_inputs([3, 1, 2], 1.0, 2)),
         Case("momentum 0.0: nothing changes", lambda: _running_inputs([2, 2], 0.0, 3)),
     ],
-    hint="""
+    hints=[
+        """
         Take the real tokens (x[mask], an (N, D) matrix), their per-feature mean, and their UNBIASED
         variance (divide by N - 1: that is what nn.BatchNorm1d stores). Then blend:
         new = (1 - momentum) * old + momentum * batch value. Return new tensors; don't change the inputs
         in place.
-    """,
+    """
+    ],
+    level="medium",
+    kind="build",
     wrong=[_running_biased, _running_swapped, _running_in_place],
 )

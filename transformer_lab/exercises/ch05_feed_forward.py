@@ -53,10 +53,14 @@ ffn_parameter_count = Exercise(
         Case("without biases (bias=False, as in note 000's MLP)", lambda: (512, 2048, False)),
         Case("a tiny one: d_model=1, d_ff=1", lambda: (1, 1, True)),
     ],
-    hint="""
+    hints=[
+        """
         nn.Linear(n_in, n_out) holds an (n_out, n_in) weight matrix and, if bias=True, an (n_out,) bias.
         The FFN has two of them: d_model -> d_ff and d_ff -> d_model. Add them up.
-    """,
+    """
+    ],
+    level="medium",
+    kind="build",
     wrong=[_count_no_bias, _count_one_matrix, _count_bias_swapped],
 )
 
@@ -105,11 +109,15 @@ feed_forward = Exercise(
         Case("a (5, 6) sequence without a batch axis, d_ff = 24", lambda: _ffn_inputs((5, 6), 24, 2)),
         Case("inputs far below zero (the ReLU cuts most of them)", lambda: _ffn_inputs((4, 4), 8, 3, offset=-3.0)),
     ],
-    hint="""
+    hints=[
+        """
         The weights are laid out as nn.Linear stores them: w1 is (d_ff, d_model), so the first layer is
         x @ w1.T + b1. Apply ReLU (torch.relu) to the hidden layer only, then the second layer
         hidden @ w2.T + b2. The same matrices act on every position: no loop is needed.
-    """,
+    """
+    ],
+    level="medium",
+    kind="build",
     wrong=[_ffn_no_activation, _ffn_relu_at_the_end, _ffn_gelu],
 )
 
@@ -172,10 +180,14 @@ residual_sublayer = Exercise(
         ),
         Case("Post-Norm with a sublayer that outputs zeros: LayerNorm(x)", lambda: _sublayer_inputs(False, 3, True)),
     ],
-    hint="""
+    hints=[
+        """
         Pre-Norm normalizes the sublayer's INPUT and adds the raw x back: x + sublayer(LN(x)).
         Post-Norm ("Add & Norm") adds first and normalizes the SUM: LN(x + sublayer(x)).
         Write a small layer norm over the last axis (biased variance, eps=1e-5) with gamma and beta.
-    """,
+    """
+    ],
+    level="medium",
+    kind="build",
     wrong=[_sublayer_swapped, _sublayer_no_residual, _sublayer_normalizes_the_sum_twice],
 )

@@ -60,7 +60,8 @@ count_encoder_layer_parameters = Exercise(
         Case("more heads, same d_model: same count?", lambda: (8, 8, 32)),
         Case("the paper's base layer: d_model=512, h=8, d_ff=2048", lambda: (512, 8, 2048)),
     ],
-    hint="""
+    hints=[
+        """
     Add up the parameters of each part of `tl.EncoderLayer`:
     - self-attention: four Linear(d_model, d_model) layers (W^Q, W^K, W^V, W^O), each a weight
       matrix AND a bias vector;
@@ -68,7 +69,10 @@ count_encoder_layer_parameters = Exercise(
     - two LayerNorms, each with gamma and beta of size d_model.
     Splitting into heads only reshapes the projections: n_heads does not change the count.
     Check yourself with sum(p.numel() for p in tl.EncoderLayer(8, 2, 32).parameters()).
-    """,
+    """
+    ],
+    level="medium",
+    kind="build",
     wrong=[_count_no_bias, _count_hidden_is_dim, _count_per_head, _count_no_norms],
 )
 
@@ -142,13 +146,17 @@ encoder_layer_pre_norm = Exercise(
         Case("a batch of 3 with a padding mask", lambda: _layer_case(3, 6, 1, True)),
         Case("a single token", lambda: _layer_case(2, 1, 2, False)),
     ],
-    hint="""
+    hints=[
+        """
     Pre-Norm (the notes' code): each sublayer sees a normalized copy of x, and its output is added
     to x itself (not to the normalized copy):
         h = norm1(x);   x = x + self_attn(h, h, h, mask)
         x = x + feed_forward(norm2(x))
     Self-attention means queries, keys and values all come from the same h; pass the mask on.
-    """,
+    """
+    ],
+    level="medium",
+    kind="build",
     wrong=[_layer_post_norm, _layer_adds_normalized, _layer_no_mask, _layer_one_norm],
 )
 
@@ -222,13 +230,17 @@ encode_with_padding = Exercise(
             "a one-token sentence among longer ones", lambda: _encode_case(True, [[7, 0, 0, 0, 0], [1, 2, 3, 4, 5]], 3)
         ),
     ],
-    hint="""
+    hints=[
+        """
     1. The padding mask: True where a token is real, shaped (B, 1, 1, S) so that it broadcasts over
        heads and queries: (tokens != pad_id)[:, None, None, :]  (this is tl.padding_mask).
     2. Run x through every layer in order, giving each the same mask: x = layer(x, mask).
     3. Finish with norm(x): the final LayerNorm of a Pre-Norm stack (the identity for Post-Norm).
     Only the outputs at real tokens are graded.
-    """,
+    """
+    ],
+    level="medium",
+    kind="build",
     run=_real_positions,
     wrong=[_encode_no_mask, _encode_inverted_mask, _encode_no_final_norm, _encode_first_layer_only],
 )

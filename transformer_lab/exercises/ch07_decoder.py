@@ -55,11 +55,15 @@ shift_right = Exercise(
         Case("a one-token target", lambda: (torch.tensor([[4], [3]]), 1)),
         Case("another BOS id", lambda: (torch.tensor([[3, 4, 5]]), 7)),
     ],
-    hint="""
+    hints=[
+        """
     The decoder's input at position t must be the target token of position t - 1, and position 0
     gets the start token: build a (B, 1) column full of bos_id (torch.full) and concatenate it in
     front of tgt[:, :-1] along dim=1. The result has the same shape as tgt. Don't modify tgt.
-    """,
+    """
+    ],
+    level="medium",
+    kind="build",
     wrong=[_shift_roll, _shift_left, _shift_keep_all, _shift_in_place],
 )
 
@@ -105,12 +109,16 @@ decoder_self_attention_mask = Exercise(
         Case("a one-token target", lambda: (torch.tensor([[1], [1]]), 0)),
         Case("pad id other than 0", lambda: (torch.tensor([[2, 3, 9, 9], [2, 3, 4, 5]]), 9)),
     ],
-    hint="""
+    hints=[
+        """
     Two conditions, both True for "query i may attend to key j":
     - causal: j <= i, a (T, T) lower triangle (torch.ones(T, T, dtype=torch.bool).tril());
     - padding: key j is a real token, tgt != pad_id, shaped (B, 1, 1, T) so that it masks columns.
     Combine them with & ; broadcasting gives (B, 1, T, T). (tl.target_mask does exactly this.)
-    """,
+    """
+    ],
+    level="medium",
+    kind="build",
     wrong=[_mask_causal_only, _mask_triu, _mask_padding_on_queries, _mask_blocked_convention],
 )
 
@@ -203,12 +211,16 @@ decoder_layer_pre_norm = Exercise(
         Case("target and source of equal length", lambda: _decoder_case(2, 5, 5, 2, False)),
         Case("a one-token target (the first generation step)", lambda: _decoder_case(2, 1, 4, 3, True)),
     ],
-    hint="""
+    hints=[
+        """
     Three Pre-Norm sublayers, each x = x + sublayer(norm_k(x)):
     1. masked self-attention: h = norm1(x); x = x + self_attn(h, h, h, tgt_mask)
     2. cross-attention: h = norm2(x); queries from the decoder (h), keys and values from the
        encoder's output, which is already normalized: x = x + cross_attn(h, memory, memory, memory_mask)
     3. the FFN: x = x + feed_forward(norm3(x))
-    """,
+    """
+    ],
+    level="medium",
+    kind="build",
     wrong=[_layer_cross_on_self, _layer_memory_queries, _layer_normalizes_memory, _layer_no_causal],
 )

@@ -57,11 +57,15 @@ scaled_embedding = Exercise(
         Case("d_model = 1", lambda: (torch.tensor([[2, 1, 0]]), _table(3, 1, 4))),
         Case("an empty sequence (B, 0)", lambda: (torch.zeros(2, 0, dtype=torch.long), _table(4, 4, 5))),
     ],
-    hint="""
+    hints=[
+        """
     Indexing the (V, D) table with a tensor of ids picks one row per id: table[tokens] has shape
     tokens.shape + (D,). It is the same as one_hot(tokens, V).float() @ table. Then multiply by
     math.sqrt(D), where D is the table's last dimension (not the vocabulary size, not D itself).
-    """,
+    """
+    ],
+    level="medium",
+    kind="build",
     wrong=[_embedding_no_scale, _embedding_times_d, _embedding_scale_by_vocab],
 )
 
@@ -122,13 +126,17 @@ positional_encoding_table = Exercise(
         Case("d_model = 1", lambda: (7, 1)),
         Case("d_model = 2: one sine and one cosine", lambda: (9, 2)),
     ],
-    hint="""
+    hints=[
+        """
     Make positions pos = 0..max_len-1 as a (max_len, 1) column and the even indices 2i = 0, 2, 4, ...
     as a row (torch.arange(0, d_model, 2)); the angle is pos / 10000 ** (2i / d_model), a
     (max_len, ceil(D/2)) table by broadcasting. Even columns pe[:, 0::2] get the sine, odd columns
     pe[:, 1::2] the cosine. With an odd d_model there is one fewer odd column than angles: use
     angles[:, : d_model // 2] for the cosines. Compute in float64, return float32.
-    """,
+    """
+    ],
+    level="medium",
+    kind="build",
     wrong=[_pe_sin_cos_swapped, _pe_i_instead_of_2i, _pe_notes_even_only, _pe_every_dimension_its_own_frequency],
 )
 
@@ -181,7 +189,8 @@ offset_rotation = Exercise(
         Case("d_model = 2: a single 2 x 2 block", lambda: (2, 7), atol=1e-10, rtol=1e-8),
         Case("an odd d_model has no rotation: raise ValueError", lambda: (5, 2), raises=ValueError),
     ],
-    hint="""
+    hints=[
+        """
     Pair i holds (sin(pos w_i), cos(pos w_i)) with w_i = 1 / 10000^(2i / d_model). The angle-addition
     formulas give sin(a + b) = sin a cos b + cos a sin b and cos(a + b) = cos a cos b - sin a sin b,
     so with b = offset * w_i the 2 x 2 block for rows/columns (2i, 2i + 1) is
@@ -189,6 +198,9 @@ offset_rotation = Exercise(
          [-sin b, cos b]].
     Put one block per pair on the diagonal of a (d_model, d_model) float64 zero matrix. An odd d_model
     leaves a sine without its cosine: raise ValueError.
-    """,
+    """
+    ],
+    level="medium",
+    kind="build",
     wrong=[_rotation_backwards, _rotation_one_frequency, _rotation_no_odd_check],
 )

@@ -39,10 +39,14 @@ noam_lr = Exercise(
         Case("after the warm-up", lambda: (20000, 512, 4000), atol=1e-12, rtol=1e-9),
         Case("a small model with a scale factor", lambda: (50, 64, 200, 2.0), atol=1e-12, rtol=1e-9),
     ],
-    hint="""
+    hints=[
+        """
     lr = factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5).
     The first term of the min wins after the warm-up, the second during it; they meet at step == warmup.
-    """,
+    """
+    ],
+    level="medium",
+    kind="build",
     wrong=[_noam_max, _noam_no_dmodel],
 )
 
@@ -81,11 +85,15 @@ shift_targets = Exercise(
         Case("an empty target (all padding)", lambda: (torch.tensor([[5, 6], [0, 0]]), 1, 2, 0)),
         Case("other special ids", lambda: (torch.tensor([[10, 11, 3, 3], [12, 3, 3, 3]]), 0, 1, 3)),
     ],
-    hint="""
+    hints=[
+        """
     Both outputs have T + 1 columns. tgt_in puts BOS in front of the target (the decoder's input is
     the answer shifted right). tgt_out is the target followed by EOS, then padding: EOS goes at
     column `length` of each row, where length = number of non-PAD tokens, not at the very end.
-    """,
+    """
+    ],
+    level="medium",
+    kind="build",
     wrong=[_shift_eos_at_end, _shift_no_shift],
 )
 
@@ -127,11 +135,15 @@ label_smoothed_loss = Exercise(
         Case("eps = 0.1 with padded positions", lambda: _logits_case(1)),
         Case("eps = 0.3, a bigger vocabulary", lambda: (*_logits_case(2, v=11)[:3], 0.3)),
     ],
-    hint="""
+    hints=[
+        """
     Build q of shape (B, T, V): smoothing / (V - 2) everywhere, 1 - smoothing at the true token
     (scatter_), 0 in the PAD column. The loss at a position is -(q * log_softmax(logits)).sum(-1);
     average it over the positions whose target is not PAD only.
-    """,
+    """
+    ],
+    level="medium",
+    kind="build",
     wrong=[_smoothing_pytorch, _smoothing_counts_pad],
 )
 
@@ -167,11 +179,15 @@ parameter_count = Exercise(
         Case("the chapter's date model", lambda: (71, 64, 128, 2)),
         Case("the paper's base model (37000 tokens)", lambda: (37000, 512, 2048, 6)),
     ],
-    hint="""
+    hints=[
+        """
     Count one encoder layer (self-attention: four d_model x d_model Linear layers with biases; the
     FFN: d_model -> d_ff -> d_model with biases; two LayerNorms of 2 * d_model each) and one decoder
     layer (two attentions, one FFN, three LayerNorms), times n_layers, plus ONE vocab_size x d_model
     embedding matrix shared by the source, the target and the output projection (Post-Norm: no final norm).
-    """,
+    """
+    ],
+    level="medium",
+    kind="build",
     wrong=[_params_no_bias, _params_untied],
 )

@@ -1,11 +1,26 @@
-"""The exercise machinery every chapter uses: `check()`, `grade()`, `hint()`, `solution()`.
+"""The exercise machinery every chapter uses: `check()`, `hint(step)`, `solution()`, `grade()`.
 
 An `Exercise` runs the learner's function on several `Case`s (edge cases included), compares
-each result with the library's reference solution, and says plainly what is wrong: a wrong
+each result with the exercise's reference solution, and says plainly what is wrong: a wrong
 shape and which, wrong values and where, NaN, an input changed in place, an exception, or
-"not implemented yet". `check()` only prints, it never raises, so "Run All" goes on past a
-blank or wrong answer; `grade()` raises AssertionError, for the hidden tests that nbgrader
-uses to give marks.
+"not done yet". The rules a learner can rely on (docs/exercises.md has the whole pattern):
+
+- `check()` only prints: it never raises, whatever the learner's code does (`sys.exit()`, a
+  tensor on another device, a complex tensor, a generator, an endless recursion...), so "Run All"
+  goes on past a blank or wrong answer. `grade()` raises AssertionError, for nbgrader.
+- A check never changes the random state of the notebook: torch's, Python's `random` and numpy's
+  global generators are the same after a check as before it, so later cells print the same numbers
+  however often a check cell is run.
+- A candidate that only calls the finished version of what the exercise asks to build (the
+  library's own function, the exercise's reference, or a torch function such as
+  `F.scaled_dot_product_attention`) gets a friendly "build it from the pieces" and no credit.
+  That is seen while the candidate runs, not by reading its source: a `TorchFunctionMode` sees
+  every torch function by its name whatever the spelling (`torch.softmax`, `F.softmax`,
+  `x.softmax(-1)`, an alias, `getattr`), and a profile hook sees a call into a forbidden Python
+  function by its code object, whatever name it was reached by.
+- A "predict" exercise never prints the expected value before the learner got it right.
+- Hints come in steps: `hint()` is a first nudge, `hint(2)`, `hint(3)` say more, the last stops
+  one step short of the answer; `solution()` prints working code built from primitives.
 """
 
 from __future__ import annotations
@@ -13,15 +28,29 @@ from __future__ import annotations
 import contextlib
 import inspect
 import math
+import random
+import re
+import sys
 import textwrap
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import Tensor
+from torch.overrides import TorchFunctionMode
 
-__all__ = ["Case", "Exercise", "CheckResult", "compare"]
+__all__ = ["Case", "Exercise", "CheckResult", "compare", "LEVELS", "KINDS"]
+
+LEVELS = ("easy", "medium", "harder")
+KINDS = ("build", "debug", "predict", "transfer")
+KIND_TITLES = {
+    "build": "build",
+    "debug": "debug the notes",
+    "predict": "predict",
+    "transfer": "transfer",
+}
+NOT_DONE = "not done yet"
 
 
 @dataclass
@@ -48,21 +77,39 @@ class CheckResult:
     """What `Exercise.run` found: one line per case, and whether all passed."""
 
     exercise: str
+    n_cases: int = 0
     lines: list[tuple[bool, str]] = field(default_factory=list)
+    not_done: bool = False
+    shortcut: str | None = None
+    right_why: str | None = None
 
     @property
     def passed(self) -> bool:
-        return bool(self.lines) and all(ok for ok, _ in self.lines)
+        return bool(self.lines) and all(ok for ok, _ in self.lines) and not self.not_done and not self.shortcut
 
     @property
     def n_passed(self) -> int:
-        return sum(ok for ok, _ in self.lines)
+        return 0 if (self.not_done or self.shortcut) else sum(ok for ok, _ in self.lines)
 
     def report(self) -> str:
-        out = [f"{self.exercise}: {self.n_passed} of {len(self.lines)} cases passed"]
+        total = self.n_cases or len(self.lines)
+        if self.not_done:
+            return (
+                f"{self.exercise}: {NOT_DONE} (0 of {total} cases passed)\n"
+                "  Your function still raises NotImplementedError: replace `# YOUR CODE HERE` and\n"
+                "  `raise NotImplementedError()` with your code, run its cell, then this one again."
+            )
+        out = [f"{self.exercise}: {self.n_passed} of {total} cases passed"]
         out += [f"  {'✓' if ok else '✗'} {text}" for ok, text in self.lines]
-        if self.passed:
+        if self.shortcut:
+            out.append(
+                f"Build it from the pieces: your function calls {self.shortcut}, the finished version of what this "
+                "exercise asks you to build, so it gets no credit. Use the smaller operations the chapter showed."
+            )
+        elif self.passed:
             out.append("All correct. Well done!")
+            if self.right_why:
+                out.append(self.right_why)
         else:
             out.append("Not there yet: fix the first ✗ above, or call hint().")
         return "\n".join(out)
@@ -74,7 +121,7 @@ def compare(got: Any, expected: Any, atol: float = 1e-5, rtol: float = 1e-4, nam
         return _compare_tensors(got, expected, atol, rtol, name)
     if isinstance(expected, (tuple, list)):
         if not isinstance(got, (tuple, list)):
-            return f"{name} should be a {type(expected).__name__} of {len(expected)} items, got {type(got).__name__}"
+            return f"{name} should be a {type(expected).__name__} of {len(expected)} items, got {_type_name(got)}"
         if len(got) != len(expected):
             return f"{name} should have {len(expected)} items, got {len(got)}"
         for i, (g, e) in enumerate(zip(got, expected, strict=True)):
@@ -84,19 +131,19 @@ def compare(got: Any, expected: Any, atol: float = 1e-5, rtol: float = 1e-4, nam
         return None
     if isinstance(expected, dict):
         if not isinstance(got, dict):
-            return f"{name} should be a dict, got {type(got).__name__}"
+            return f"{name} should be a dict, got {_type_name(got)}"
         if set(got) != set(expected):
-            return f"{name} should have keys {sorted(expected)}, got {sorted(got)}"
+            return f"{name} should have keys {sorted(expected)}, got {sorted(map(str, got))}"
         for key in expected:
             problem = compare(got[key], expected[key], atol, rtol, f"{name}[{key!r}]")
             if problem:
                 return problem
         return None
     if isinstance(expected, float) and not isinstance(got, bool):
-        if isinstance(got, Tensor) and got.numel() == 1:
+        if isinstance(got, Tensor) and got.numel() == 1 and not got.is_complex():
             got = got.item()
-        if not isinstance(got, (int, float)):
-            return f"{name} should be a number, got {type(got).__name__}"
+        if not isinstance(got, (int, float)) or isinstance(got, bool):
+            return f"{name} should be a number, got {_type_name(got)}"
         if math.isnan(got) and not math.isnan(expected):
             return f"{name} is NaN, expected {expected:.6g}"
         if not math.isclose(got, expected, rel_tol=rtol, abs_tol=atol):
@@ -104,20 +151,42 @@ def compare(got: Any, expected: Any, atol: float = 1e-5, rtol: float = 1e-4, nam
         return None
     if isinstance(got, Tensor) and got.numel() != 1:
         return f"{name} should be a {type(expected).__name__}, got a tensor of shape {tuple(got.shape)}"
+    if isinstance(expected, bool) != isinstance(got, bool) and not isinstance(got, Tensor):
+        return f"{name} should be a {type(expected).__name__}, got {_type_name(got)}"
+    if isinstance(expected, (int, str)) and not isinstance(got, (int, str, float, Tensor)):
+        return f"{name} should be a {type(expected).__name__}, got {_type_name(got)}"
     try:
         equal = bool(got == expected)
     except Exception:  # an exotic object whose == misbehaves is simply not equal
         equal = False
     if not equal:
-        return f"{name} is {got!r}, expected {expected!r}"
+        return f"{name} is {_short_repr(got)}, expected {expected!r}"
     return None
+
+
+def _type_name(value: Any) -> str:
+    if isinstance(value, Tensor):
+        return f"a tensor of shape {tuple(value.shape)}"
+    return type(value).__name__
+
+
+def _short_repr(value: Any) -> str:
+    try:
+        text = repr(value)
+    except Exception:
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _compare_tensors(got: Any, expected: Tensor, atol: float, rtol: float, name: str) -> str | None:
     if not isinstance(got, Tensor):
-        return f"{name} should be a torch.Tensor, got {type(got).__name__}"
+        return f"{name} should be a torch.Tensor, got {_type_name(got)}"
+    if got.device != expected.device:
+        return f"{name} is on device {got.device}, expected {expected.device}: return it on the input's device"
     if tuple(got.shape) != tuple(expected.shape):
         return f"{name} has the wrong shape: expected {tuple(expected.shape)}, got {tuple(got.shape)}"
+    if got.is_complex() and not expected.is_complex():
+        return f"{name} is a complex tensor ({got.dtype}); expected real numbers ({expected.dtype})"
     if expected.dtype == torch.bool or got.dtype == torch.bool:
         if got.dtype != expected.dtype:
             return f"{name} should have dtype {expected.dtype}, got {got.dtype}"
@@ -169,17 +238,142 @@ def _changed(before: Any, after: Any) -> bool:
     return False
 
 
+# ------------------------------------------------------------------ seeing shortcuts while they run
+
+
+def _describe(obj: Any) -> str:
+    module = getattr(obj, "__module__", "") or ""
+    name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None) or repr(obj)
+    if module.startswith("transformer_lab"):
+        return f"`tl.{name}`" if "." not in name else f"`{module}.{name}`"
+    return f"`{module}.{name}`" if module else f"`{name}`"
+
+
+def _code_objects(obj: Any) -> dict[Any, str]:
+    """The code objects a call into `obj` runs first: a function's own, or a class's methods'."""
+    found: dict[Any, str] = {}
+    if isinstance(obj, type):
+        for value in vars(obj).values():
+            function = getattr(value, "__func__", value)
+            code = getattr(function, "__code__", None)
+            if code is not None:
+                found[code] = _describe(obj)
+        return found
+    function = getattr(obj, "__func__", obj)
+    function = inspect.unwrap(function) if callable(function) else function
+    code = getattr(function, "__code__", None)
+    if code is not None:
+        found[code] = _describe(obj)
+    return found
+
+
+class _Codes:
+    """Code objects compared by identity (equal code objects are still different functions)."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, tuple[Any, str]] = {}
+
+    def add(self, code: Any, shown: str) -> None:
+        self._by_id[id(code)] = (code, shown)  # keeps the code object alive, so its id stays unique
+
+    def get(self, code: Any) -> str | None:
+        entry = self._by_id.get(id(code))
+        return entry[1] if entry is not None and entry[0] is code else None
+
+    def __bool__(self) -> bool:
+        return bool(self._by_id)
+
+
+class _TorchWatch(TorchFunctionMode):
+    """Notes every torch function called whose name is in `names` (whatever its spelling)."""
+
+    def __init__(self, names: Mapping[str, str], seen: list[str]) -> None:
+        super().__init__()
+        self.names = names
+        self.seen = seen
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        name = getattr(func, "__name__", "")
+        if name in self.names:
+            self.seen.append(self.names[name])
+        return func(*args, **(kwargs or {}))
+
+
+@contextlib.contextmanager
+def _watch(torch_names: Mapping[str, str], codes: _Codes) -> Iterator[list[str]]:
+    """Run a block while watching for forbidden torch functions and Python functions; yield what was seen."""
+    seen: list[str] = []
+    previous = sys.getprofile()
+
+    def profile(frame, event, arg):  # noqa: ANN001, ANN202
+        if event == "call":
+            shown = codes.get(frame.f_code)
+            if shown is not None:
+                seen.append(shown)
+        if previous is not None:
+            previous(frame, event, arg)
+
+    sys.setprofile(profile if codes else previous)
+    try:
+        if torch_names:
+            with _TorchWatch(torch_names, seen):
+                yield seen
+        else:
+            yield seen
+    finally:
+        sys.setprofile(previous)
+
+
+@contextlib.contextmanager
+def _same_random_state() -> Iterator[None]:
+    """Restore torch's, Python's and numpy's global random state (and torch's default dtype) on exit."""
+    python_state = random.getstate()
+    numpy_state = None
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy_state = numpy.random.get_state()
+    dtype = torch.get_default_dtype()
+    devices = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
+    try:
+        with torch.random.fork_rng(devices=devices):
+            yield
+    finally:
+        random.setstate(python_state)
+        if numpy_state is not None:
+            numpy.random.set_state(numpy_state)
+        torch.set_default_dtype(dtype)
+
+
+class _Stop(Exception):
+    """A BaseException of the learner's code (sys.exit(), KeyboardInterrupt) turned into an ordinary one."""
+
+
+# ------------------------------------------------------------------ the exercise
+
+
 class Exercise:
     """One exercise of a chapter.
 
     Args:
         name: the function the learner writes, e.g. "softmax_rows".
-        reference: the library's solution, same signature as the learner's function.
+        reference: the exercise's own solution, same signature as the learner's function, built
+            from primitives (it is what `solution()` prints).
         cases: inputs to try, easy first, edge cases last.
-        hint: a nudge, printed by `hint()`.
+        hints: the hints in steps, a first nudge first; the last stops one step short of the answer.
+        level: "easy", "medium" or "harder".
+        kind: "build", "debug" (debug the notes), "predict" or "transfer".
         run: how to call a candidate on a case's inputs (default `candidate(*inputs)`); an
             exercise about a class can build it, copy weights, and call it here.
         wrong: known-wrong solutions, used by the tests to prove `check()` rejects them.
+        forbidden: the finished versions of what the exercise asks to build. A string is the
+            name of a torch function (`"softmax"` catches `torch.softmax`, `F.softmax`,
+            `x.softmax`, `torch.special.softmax`); a function or class is caught by its code,
+            whatever name it is called by. The reference is always forbidden.
+        why: printed once the answer is right (the point of a "predict" exercise, say).
+        explain: for a "predict" exercise, what to say about a known wrong answer (keyed by the
+            answer); the expected value itself is never printed before the learner got it right.
+        shortcuts: answers that only call the finished version by some spelling (an alias, the
+            method form, `getattr`, the library's function): the tests prove each gets no credit.
     """
 
     def __init__(
@@ -187,57 +381,140 @@ class Exercise:
         name: str,
         reference: Callable[..., Any],
         cases: Sequence[Case],
-        hint: str,
+        hints: Sequence[str],
+        *,
+        level: str,
+        kind: str,
         run: Callable[..., Any] | None = None,
         wrong: Sequence[Callable[..., Any]] = (),
+        forbidden: Sequence[Any] = (),
+        why: str | None = None,
+        explain: Mapping[Hashable, str] | None = None,
+        shortcuts: Sequence[Callable[..., Any]] = (),
     ) -> None:
         if not cases:
-            raise ValueError("an exercise needs at least one case")
+            raise ValueError("cases: an exercise needs at least one case")
+        if isinstance(hints, str) or not hints or not all(isinstance(h, str) and h.strip() for h in hints):
+            raise TypeError("hints: expected a list of hint texts in steps, e.g. ['a nudge', 'more', 'almost there']")
+        if level not in LEVELS:
+            raise ValueError(f"level: expected one of {LEVELS}, got {level!r}")
+        if kind not in KINDS:
+            raise ValueError(f"kind: expected one of {KINDS}, got {kind!r}")
         self.name = name
         self.reference = reference
         self.cases = list(cases)
-        self._hint = textwrap.dedent(hint).strip()
+        self.hints = [textwrap.dedent(h).strip() for h in hints]
+        self.level = level
+        self.kind = kind
         self._run = run or (lambda candidate, *inputs: candidate(*inputs))
         self.wrong = list(wrong)
+        self.forbidden = list(forbidden)
+        self.why = textwrap.dedent(why).strip() if why else None
+        self.explain = dict(explain or {})
+        self.shortcuts = list(shortcuts)
+        self._torch_names: dict[str, str] = {}
+        self._codes = _Codes()
+        self._codes.add(reference.__code__, f"the exercise's own reference (exercises.{name}.reference)")
+        for item in self.forbidden:
+            if isinstance(item, str):
+                shown = f"torch's `{item}`"
+                for variant in (item, f"special_{item}", f"native_{item}"):
+                    self._torch_names[variant] = shown
+            else:
+                for code, shown in _code_objects(item).items():
+                    self._codes.add(code, shown)
+
+    # -- running a candidate ----------------------------------------------------------------------
 
     def run(self, candidate: Callable[..., Any]) -> CheckResult:
-        """Try `candidate` on every case; never raises."""
-        result = CheckResult(self.name)
+        """Try `candidate` on every case; never raises; leaves the global random state as it was."""
+        result = CheckResult(self.name, n_cases=len(self.cases))
         if not callable(candidate):
-            result.lines.append((False, f"expected a function, got {type(candidate).__name__}"))
+            result.lines.append((False, f"expected a function, got {_type_name(candidate)}"))
             return result
-        for case in self.cases:
-            problem = self._run_case(candidate, case)
-            result.lines.append((problem is None, case.name if problem is None else f"{case.name}: {problem}"))
-            if problem is not None and problem.startswith("not implemented yet"):
-                break  # the same message for every case would be noise
+        with _same_random_state():
+            for case in self.cases:
+                try:
+                    problem = self._run_case(candidate, case, result)
+                except Exception as exc:  # a failure of the comparison itself on an exotic result
+                    problem = f"could not be compared ({type(exc).__name__}: {exc})"
+                if result.not_done:
+                    result.lines.clear()
+                    break  # the same message for every case would be noise
+                if result.shortcut:
+                    result.lines = [(False, f"{case.name}: {problem}")]
+                    break  # no credit for any case: one line says why
+                result.lines.append((problem is None, case.name if problem is None else f"{case.name}: {problem}"))
+        if result.passed and self.why:
+            result.right_why = self.why
         return result
 
-    def _run_case(self, candidate: Callable[..., Any], case: Case) -> str | None:
+    def _call_watched(self, candidate: Callable[..., Any], inputs: tuple[Any, ...]) -> tuple[Any, list[str]]:
+        with _watch(self._torch_names, self._codes) as seen:
+            try:
+                with contextlib.nullcontext() if _needs_grad(inputs) else torch.no_grad():
+                    got = self._run(candidate, *inputs)
+            except (SystemExit, KeyboardInterrupt, GeneratorExit) as exc:
+                raise _Stop(f"{type(exc).__name__}({exc})") from None
+        return got, seen
+
+    def _run_case(self, candidate: Callable[..., Any], case: Case, result: CheckResult) -> str | None:
         inputs = case.inputs()
         before = _snapshot(inputs)
         try:
-            with contextlib.nullcontext() if _needs_grad(inputs) else torch.no_grad():
-                got = self._run(candidate, *inputs)
+            got, seen = self._call_watched(candidate, inputs)
         except NotImplementedError:
-            return "not implemented yet (the function still raises NotImplementedError)"
+            result.not_done = True
+            return NOT_DONE
+        except _Stop as exc:
+            return f"stopped the program with {exc}: a function should return its result instead"
+        except RecursionError:
+            return "raised RecursionError: the function calls itself without end"
         except Exception as exc:  # the learner's code may raise anything: report it, never re-raise
             if case.raises is not None and isinstance(exc, case.raises):
                 return None
             return f"raised {type(exc).__name__}: {exc}"
+        if seen:
+            result.shortcut = seen[0]
+            return f"calls {seen[0]}"
         if case.raises is not None:
             return f"should raise {case.raises.__name__} for this input, but returned normally"
         if _changed(before, inputs):
             return "changed its input tensor in place; compute a new tensor instead"
         expected = self._run(self.reference, *case.inputs())
-        return compare(got, expected, case.atol, case.rtol)
+        problem = compare(got, expected, case.atol, case.rtol)
+        if problem is not None and self.kind == "predict":
+            return self._explain_wrong(got)
+        return problem
+
+    def _explain_wrong(self, got: Any) -> str:
+        """A wrong prediction: say why if it is a known one, never what the right answer is."""
+        key: Any = got
+        if isinstance(got, list):
+            key = tuple(got)
+        if isinstance(got, torch.Size):
+            key = tuple(got)
+        try:
+            why = self.explain.get(key)
+        except TypeError:  # unhashable
+            why = None
+        if why:
+            return f"not right: {textwrap.dedent(why).strip()}"
+        return "not right. Work it out step by step (call hint() for a nudge), then try again."
+
+    # -- what a notebook calls --------------------------------------------------------------------
 
     def check(self, candidate: Callable[..., Any]) -> None:
         """Print what is right and what is wrong with `candidate`. Never raises."""
         try:
-            print(self.run(candidate).report())
-        except Exception as exc:  # a bug in a checker must not stop the learner's notebook either
-            print(f"{self.name}: the checker itself failed ({type(exc).__name__}: {exc}); please report it")
+            text = self.run(candidate).report()
+        except BaseException as exc:  # noqa: BLE001 - a check must never stop the learner's notebook
+            text = f"{self.name}: the checker itself failed ({type(exc).__name__}: {exc}); please report it"
+        print(text)
+
+    def blank_report(self) -> str:
+        """What `check()` prints for a blank answer (the learner edition's stored output)."""
+        return CheckResult(self.name, n_cases=len(self.cases), not_done=True).report()
 
     def passes(self, candidate: Callable[..., Any]) -> bool:
         return self.run(candidate).passed
@@ -247,15 +524,50 @@ class Exercise:
         result = self.run(candidate)
         assert result.passed, result.report()
 
-    def hint(self) -> None:
-        print(f"Hint for {self.name}:\n{self._hint}")
+    def hint(self, step: int = 1) -> None:
+        """Print hint number `step` (1 = a first nudge; the last one stops one step short of the answer)."""
+        n = len(self.hints)
+        if isinstance(step, bool) or not isinstance(step, int) or not 1 <= step <= n:
+            print(f"{self.name} has hints 1 to {n}: call hint(), hint(2), ... hint({n}).")
+            return
+        text = f"Hint {step} of {n} for {self.name}:\n{self.hints[step - 1]}"
+        if step < n:
+            text += f"\n(More: exercises.{self.name}.hint({step + 1}))"
+        else:
+            text += f"\n(That was the last hint; exercises.{self.name}.solution() shows a whole answer.)"
+        print(text)
 
     def solution(self) -> None:
-        """Print the reference solution's source."""
-        print(textwrap.dedent(inspect.getsource(self.reference)))
+        """Print a working answer: the reference's source, under the learner's function name."""
+        print(self.solution_source())
+
+    def solution_source(self) -> str:
+        source = textwrap.dedent(inspect.getsource(self.reference))
+        source = re.sub(r"^def \w+\(", f"def {self.name}(", source, count=1, flags=re.M)
+        if self.why:
+            source += "\n# Why: " + self.why.replace("\n", "\n# ")
+        return source
+
+    def reference_copy(self) -> Callable[..., Any]:
+        """The reference as a new function (its own code object), which is not a shortcut: what an answer
+        that does the same work looks like to the checker. The tests use it."""
+        reference = self.reference
+        code = reference.__code__.replace()  # an equal but distinct code object
+        if code is reference.__code__:  # pragma: no cover - CPython always makes a new one
+            raise RuntimeError("could not copy the reference's code")
+        copy = type(reference)(
+            code, reference.__globals__, reference.__name__, reference.__defaults__, reference.__closure__
+        )
+        copy.__kwdefaults__ = reference.__kwdefaults__
+        return copy
+
+    @property
+    def title(self) -> str:
+        """ "medium, predict" as in the notebook's heading."""
+        return f"{self.level}, {KIND_TITLES[self.kind]}"
 
     def __repr__(self) -> str:
-        return f"Exercise({self.name!r}, {len(self.cases)} cases)"
+        return f"Exercise({self.name!r}, {self.level}, {self.kind}, {len(self.cases)} cases)"
 
 
 def _needs_grad(inputs: tuple[Any, ...]) -> bool:
