@@ -2,10 +2,12 @@
 # The course's commands. Each one creates the virtual environment .venv on first use and
 # installs the pinned requirements into it, so it works on a fresh machine with Python 3.11.
 #
-#   bash run.sh lab          set up, then open the course in JupyterLab
+#   bash run.sh lab          set up, then open your own working copy of the course (my_notebooks/,
+#                            made from the learner edition in notebooks/) in JupyterLab
 #   bash run.sh test         set up, then run every test: lint, unit tests, every notebook under
 #                            strict nbval, the classroom checks and the browser test
-#   bash run.sh notebooks    re-execute every notebook in place in a fresh kernel (after a change)
+#   bash run.sh notebooks    re-execute the source edition (notebooks/solutions/) in place, each in a
+#                            fresh kernel, then regenerate the learner edition (notebooks/) from it
 #
 # Extra arguments are passed on (to jupyter lab, to pytest, to the notebook runner).
 set -euo pipefail
@@ -31,7 +33,12 @@ command="${1:-}"
 case "$command" in
     lab)
         setup requirements.txt
-        exec "$VENV/bin/jupyter" lab notebooks/00_start_here.ipynb "$@"
+        # Your working copy: created on first use, kept in step with the course without ever
+        # overwriting a chapter you changed (tools/workspace.py says what it did).
+        "$PYTHON" tools/workspace.py --dest my_notebooks
+        JUPYTER="$(cd "$(dirname "$VENV/bin/jupyter")" && pwd)/jupyter"
+        cd my_notebooks
+        exec "$JUPYTER" lab 00_start_here.ipynb "$@"
         ;;
     test)
         setup requirements-test.txt
@@ -42,7 +49,8 @@ case "$command" in
         ;;
     notebooks)
         setup requirements-test.txt
-        exec "$PYTHON" tools/execute_notebooks.py "$@"
+        "$PYTHON" tools/execute_notebooks.py "$@"
+        exec "$PYTHON" tools/editions.py
         ;;
     *)
         echo "usage: bash run.sh {lab|test|notebooks} [args...]" >&2

@@ -284,7 +284,7 @@ def grade_folder(
 ) -> list[dict[str, object]]:
     """Autograde every student in `submissions` and export the grades; return the per-cell rows."""
     if not (course_dir / "gradebook.db").exists():
-        print(f"{course_dir}: no gradebook yet, generating the assignment from notebooks/solutions/ first", file=sys.stderr)
+        print(f"{course_dir}: no gradebook yet, generating the assignment first", file=sys.stderr)
         build_course(course_dir)
     for student in collect(submissions, course_dir):
         print(f"{student}: autograding...", flush=True)
