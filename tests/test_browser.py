@@ -1,6 +1,6 @@
 """The course in a real browser: JupyterLab in headless Chromium, widgets included.
 
-A JupyterLab server runs on 127.0.0.1 on a temporary copy of notebooks/, its kernels with one
+A JupyterLab server runs on 127.0.0.1 on a temporary copy of the learner edition (notebooks/, every exercise blank), its kernels with one
 thread and the reduced training setting (TRANSFORMER_LAB_QUICK=1). Each chapter that uses
 tl.widgets (and a small fixture, tests/fixtures/browser/97_widget_sample.ipynb, that checks this
 test's own machinery) is opened with its stored outputs and widget state stripped, so that what
@@ -63,7 +63,7 @@ def uses_widgets(path: pathlib.Path) -> bool:
     )
 
 
-WIDGET_CHAPTERS = [p for p in sorted(ROOT.glob("notebooks/solutions/[0-9][0-9]_*.ipynb")) if uses_widgets(p)]
+WIDGET_CHAPTERS = [p for p in sorted(ROOT.glob("notebooks/[0-9][0-9]_*.ipynb")) if uses_widgets(p)]
 
 
 def strip(path: pathlib.Path, dest: pathlib.Path) -> None:
