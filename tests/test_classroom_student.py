@@ -24,7 +24,6 @@ import nbformat
 import pytest
 from test_classroom import FIXTURE, NOTEBOOKS, ROOT, chapters, classroom, exercise_cells, need
 
-
 STUDENT_CHAPTERS = [path for path in NOTEBOOKS if path.name[:2] in ("02", "04")]
 
 
