@@ -3,10 +3,11 @@
 A JupyterLab server runs on 127.0.0.1 on a temporary copy of the learner edition (notebooks/,
 every exercise blank), its kernels with one thread and the reduced training setting
 (TRANSFORMER_LAB_QUICK=1). Each chapter that uses tl.widgets (and a small fixture,
-tests/fixtures/browser/97_widget_sample.ipynb, that checks this test's own machinery) is opened with its stored outputs and widget state stripped, so that what
-shows comes from the live kernel; then Run All; then: every code cell ran, no traceback or stderr
-output, the widgets rendered (no "Error displaying widget"), and moving the first slider with the
-keyboard changes what the widget shows. A screenshot of each notebook, with that widget in view
+tests/fixtures/browser/97_widget_sample.ipynb, that checks this test's own machinery) is opened
+with its stored outputs and widget state stripped, so that what shows comes from the live kernel;
+then Run All; then: every code cell ran, no traceback or stderr output, the widgets rendered (no
+"Error displaying widget"), and moving the first slider with the keyboard changes what the widget
+shows. A screenshot of each notebook, with that widget in view
 after the change, goes to test-artifacts/browser/, with the timings in timings.txt.
 
 Chromium: Debian's /usr/bin/chromium (.ci/run installs it), driven by Python playwright, with
