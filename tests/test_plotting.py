@@ -207,3 +207,33 @@ def test_plots_emit_no_warnings() -> None:
         tl.plotting.softmax_saturation(torch.tensor([1.0, 0.0]), [1.0, 2.0])
         fig = tl.plotting.score_variance([1, 2], [1.0, 2.0], [1.0, 1.0])
         fig.canvas.draw()
+
+
+def test_mask_pictures_have_a_legend_and_draw_a_one_row_mask_as_a_strip() -> None:
+    import torch
+
+    import transformer_lab as tl
+
+    fig = tl.plotting.mask_picture(tl.causal_mask(4))
+    texts = [t.get_text() for legend in fig.legends for t in legend.get_texts()]
+    assert texts == ["True: may attend", "False: blocked"]
+    strip = torch.tensor([[True, True, False, False, False]])
+    fig = tl.plotting.mask_grid({"padding (1, S)": strip, "causal": tl.causal_mask(5)})
+    assert len(fig.legends) == 1  # one legend for the whole grid
+    fig.canvas.draw()
+    strip_box, square_box = (ax.get_window_extent() for ax in fig.axes[:2])
+    assert strip_box.height < 0.4 * square_box.height, "a (1, S) mask must be drawn as a strip, not a square"
+
+
+def test_label_smoothing_zoom_shows_where_the_two_smoothings_differ() -> None:
+    import transformer_lab as tl
+
+    labels = ["<pad>", "<s>", "</s>", "a", "b", "c"]
+    fig = tl.plotting.label_smoothing_plot(labels, target=3, pad_id=0, smoothing=0.1)
+    whole, zoom = fig.axes[:2]
+    assert whole.get_yscale() == "linear"
+    assert [t.get_text() for t in zoom.get_xticklabels()] == ["<pad>", "<s>", "</s>", "b", "c"]
+    heights = [patch.get_height() for patch in zoom.patches]  # 3 series x 5 tokens, series by series
+    ours, theirs = heights[5:10], heights[10:15]
+    assert ours[0] == 0 and abs(theirs[0] - 0.1 / 6) < 1e-9  # PAD: nothing in ours, eps / V in PyTorch's
+    assert abs(ours[1] - 0.1 / 4) < 1e-6  # eps over the V - 2 tokens that are neither PAD nor the true one

@@ -46,8 +46,20 @@ def test_heatmap_shows_the_table_and_the_chosen_row_and_column(pe: torch.Tensor)
 def test_curves_follow_the_columns(pe: torch.Tensor) -> None:
     fig = plots.encoding_curves(pe, dimensions=(0, 5), position=12)
     lines = fig.axes[0].lines
-    np.testing.assert_allclose(lines[0].get_ydata(), pe[:, 0].numpy(), rtol=1e-6)
-    np.testing.assert_allclose(lines[1].get_ydata(), pe[:, 5].numpy(), rtol=1e-6)
+    # the encoding at whole positions (dots), each on a fine line of the sinusoid it samples
+    dots = [line for line in lines if line.get_marker() == "o" and len(line.get_xdata()) == pe.shape[0]]
+    np.testing.assert_allclose(dots[0].get_ydata(), pe[:, 0].numpy(), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(dots[1].get_ydata(), pe[:, 5].numpy(), rtol=1e-6, atol=1e-6)
+    fine = [line for line in lines if len(line.get_xdata()) > pe.shape[0]]
+    assert len(fine) == 2
+    for line, column in zip(fine, (0, 5), strict=True):
+        xs, ys = np.asarray(line.get_xdata()), np.asarray(line.get_ydata())
+        np.testing.assert_allclose(np.interp(np.arange(pe.shape[0]), xs, ys), pe[:, column].numpy(), atol=2e-2)
+    # a table that is not sinusoidal (learned positions) is drawn as it is, with no invented curve
+    learned = torch.randn(10, 4, generator=torch.Generator().manual_seed(0))
+    lines = plots.encoding_curves(learned, dimensions=(1,)).axes[0].lines
+    assert len(lines) == 1
+    np.testing.assert_allclose(lines[0].get_ydata(), learned[:, 1].numpy(), rtol=1e-6)
     labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert labels == ["dim 0 (sin)", "dim 5 (cos)"]
 

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.patches import Patch
 
 from transformer_lab.plotting.style import CMAP_MASK, CMAP_WEIGHTS, course_style, heatmap, new_figure, to_numpy
 
@@ -15,6 +16,7 @@ __all__ = [
     "attention_heatmap",
     "attention_grid",
     "mask_picture",
+    "mask_legend",
     "mask_grid",
     "softmax_saturation",
     "score_variance",
@@ -125,8 +127,13 @@ def mask_picture(
     query_labels: Sequence[str] | None = None,
     title: str = "mask: may query (row) see key (column)?",
     ax: Axes | None = None,
+    legend: bool = True,
 ) -> Figure:
-    """A (T, S) bool mask as a picture: blue where the query may attend to the key, grey where not."""
+    """A (T, S) bool mask as a picture: blue where the query may attend to the key, grey where not.
+
+    Every cell is square, so a mask before broadcasting, such as a (1, S) padding mask, is drawn as the
+    strip it is; a legend below says which colour is which.
+    """
     values = _matrix("mask", mask, "choose a batch row and head first")
     ax = ax if ax is not None else _axes_for(values, cell_width=0.4, width_pad=2.2, height_pad=1.6)
     heatmap(
@@ -141,7 +148,10 @@ def mask_picture(
         vmin=0,
         vmax=1,
         colorbar=False,
+        aspect="equal",
     )
+    if legend:
+        mask_legend(ax.figure)
     # unlabelled axes count positions 0, 1, ... (never fractional ticks)
     if key_labels is None:
         ax.set_xticks(range(values.shape[1]))
@@ -153,6 +163,16 @@ def mask_picture(
     ax.grid(which="minor", color="white", linewidth=1.5)
     ax.tick_params(which="minor", length=0)
     return ax.figure
+
+
+def mask_legend(fig: Figure) -> None:
+    """One legend below a figure of masks: which colour means True (may attend) and which False (blocked)."""
+    handles = [
+        Patch(facecolor=CMAP_MASK(1.0), label="True: may attend"),
+        Patch(facecolor=CMAP_MASK(0.0), label="False: blocked"),
+    ]
+    with course_style():
+        fig.legend(handles=handles, loc="outside lower center", ncols=2, fontsize=8, handlelength=1.0)
 
 
 def mask_grid(masks: dict[str, object], key_labels: Sequence[str] | None = None, title: str = "") -> Figure:
@@ -168,7 +188,8 @@ def mask_grid(masks: dict[str, object], key_labels: Sequence[str] | None = None,
     for ax, (name, mask) in zip(axes[0], masks.items(), strict=True):
         rows = to_numpy(mask).shape[0]
         query_labels = key_labels if key_labels is not None and len(key_labels) == rows else None
-        mask_picture(mask, key_labels, query_labels, title=name, ax=ax)
+        mask_picture(mask, key_labels, query_labels, title=name, ax=ax, legend=False)
+    mask_legend(fig)
     if title:
         fig.suptitle(title)
     return fig

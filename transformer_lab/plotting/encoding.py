@@ -51,6 +51,16 @@ def _check_index(name: str, value: int | None, size: int, what: str) -> None:
         raise ValueError(f"{name} must be in [0, {size}) ({what}), got {value}")
 
 
+def _sinusoid(positions: np.ndarray, d_model: int) -> np.ndarray:
+    """The sinusoidal encoding at any (also fractional) positions: (len(positions), d_model), in float64."""
+    i = np.arange(0, d_model, 2, dtype=float)
+    angles = positions[:, None] / np.power(10000.0, i / d_model)[None, :]  # (P, D / 2)
+    table = np.zeros((len(positions), d_model))
+    table[:, 0::2] = np.sin(angles)
+    table[:, 1::2] = np.cos(angles[:, : d_model // 2])
+    return table
+
+
 def encoding_heatmap(
     pe: object,
     title: str = "sinusoidal positional encoding",
@@ -85,7 +95,11 @@ def encoding_curves(
     ax: Axes | None = None,
     position: int | None = None,
 ) -> Figure:
-    """Each chosen dimension as a curve over the positions: low dimensions oscillate fast, high ones slowly.
+    """Each chosen dimension over the positions: low dimensions oscillate fast, high ones slowly.
+
+    A sinusoidal table is drawn as dots at the whole positions (where the encoding is defined) on a
+    thin line of the sinusoid they sample, so fast dimensions do not alias into a zigzag; any other
+    table (a learned one) as dots joined by lines.
 
     Args:
         pe: (positions, D) table.
@@ -99,10 +113,24 @@ def encoding_curves(
         _check_index("dimensions", d, values.shape[1], "a column of the table")
     _check_index("position", position, values.shape[0], "a row of the table")
     ax = _axes(ax, (6.0, 3.2))
-    series = {f"dim {d} ({'sin' if d % 2 == 0 else 'cos'})": values[:, d] for d in dimensions}
-    curves(ax, series, title=title, x_title="position", y_title="PE(position, dim)")
+    positions, d_model = values.shape
+    sinusoidal = np.allclose(values, _sinusoid(np.arange(positions, dtype=float), d_model), atol=1e-5)
     with course_style():
-        if len(series) > 1:
+        for d in dimensions:
+            label = f"dim {d} ({'sin' if d % 2 == 0 else 'cos'})"
+            if sinusoidal:
+                # The encoding exists only at whole positions (the dots); the thin line is the sinusoid
+                # they sample. Joining the dots of a fast dimension (0, 1: one turn every 2 pi positions)
+                # with straight lines would draw a zigzag that is not in the encoding.
+                fine = np.linspace(0, positions - 1, 20 * positions)
+                (line,) = ax.plot(fine, _sinusoid(fine, d_model)[:, d], lw=0.8, alpha=0.6)
+                ax.plot(np.arange(positions), values[:, d], "o", ms=2.5, color=line.get_color(), label=label)
+            else:
+                ax.plot(np.arange(positions), values[:, d], "-o", ms=2.5, lw=1.0, label=label)
+        ax.set_title(title)
+        ax.set_xlabel("position")
+        ax.set_ylabel("PE(position, dim)")
+        if len(dimensions) > 1:
             ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)  # outside: the curves fill the box
         if position is not None:
             ax.axvline(position, color="black", lw=0.8, ls="--")

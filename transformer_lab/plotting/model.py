@@ -36,16 +36,20 @@ def noam_schedule_plot(
 
 
 def label_smoothing_plot(
-    labels: Sequence[str], target: int, pad_id: int = 0, smoothing: float = 0.1, log_y: bool = True
+    labels: Sequence[str], target: int, pad_id: int = 0, smoothing: float = 0.1, log_y: bool = False
 ) -> Figure:
-    """Three target distributions for one position, as bars (chapter 09).
+    """Three target distributions for one position, as bars, on a linear scale (chapter 09).
 
     One-hot; ours (`tl.training.smoothed_targets`: eps spread over the real tokens, PAD gets 0); and
-    PyTorch's `label_smoothing` (eps / V on every class, PAD and the true token included).
+    PyTorch's `label_smoothing` (eps / V on every class, PAD and the true token included). The left
+    panel shows the whole distribution (the true token keeps about 1 - eps); the right one zooms in on
+    every other token, where the two smoothings differ: ours gives PAD nothing and each other token
+    eps / (V - 2), PyTorch gives every token eps / V.
 
     Args:
         labels: one label per vocabulary entry (V of them).
         target: the id of the true token.
+        log_y: draw the left panel on a log scale (the right one is always linear).
     """
     import torch
 
@@ -58,22 +62,37 @@ def label_smoothing_plot(
     one_hot[target] = 1.0
     ours = to_numpy(smoothed_targets(torch.tensor([target]), v, pad_id, smoothing)[0])
     theirs = (1 - smoothing) * one_hot + smoothing / v
-    fig, axes = new_figure(size=(max(6.0, 0.16 * v + 2.0), 3.4))
-    ax = axes[0, 0]
+    series = (("one-hot", one_hot), ("ours (PAD excluded)", ours), ("F.cross_entropy(label_smoothing)", theirs))
+    fig, axes = new_figure(1, 2, size=(max(9.0, 0.16 * v + 5.0), 3.6))
+    whole, zoom = axes[0, 0], axes[0, 1]
     x = np.arange(v)
+    others = x[x != target]
     with course_style():
-        for k, (name, values) in enumerate(
-            (("one-hot", one_hot), ("ours (PAD excluded)", ours), ("F.cross_entropy(label_smoothing)", theirs))
-        ):
-            ax.bar(x + (k - 1) * 0.28, values, width=0.28, label=name)
-        ax.set_xticks(x)
-        ax.set_xticklabels(list(labels), rotation=90, fontsize=7)
+        for k, (name, values) in enumerate(series):
+            whole.bar(x + (k - 1) * 0.28, values, width=0.28, label=name)
+            zoom.bar(np.arange(len(others)) + (k - 1) * 0.28, values[others], width=0.28, label=name)
+        whole.set_xticks(x)
+        whole.set_xticklabels(list(labels), rotation=90, fontsize=7)
         if log_y:
-            ax.set_yscale("log")
-        ax.set_xlabel("token")
-        ax.set_ylabel("target probability")
-        ax.set_title(f"target distribution for one position (eps = {smoothing})")
-        ax.legend(fontsize=8)
+            whole.set_yscale("log")
+        whole.set_xlabel("token")
+        whole.set_ylabel("target probability")
+        whole.set_title(f"the whole distribution (eps = {smoothing})")
+        zoom.set_xticks(np.arange(len(others)))
+        zoom.set_xticklabels([labels[i] for i in others], rotation=90, fontsize=7)
+        zoom.set_ylim(0, 1.6 * max(ours[others].max(), theirs[others].max()))
+        zoom.set_xlabel("token (the true one left out)")
+        zoom.set_title("zoom: every other token")
+        pad_at = int(np.nonzero(others == pad_id)[0][0]) if pad_id in others else None
+        if pad_at is not None:
+            zoom.annotate(
+                "PAD: 0 in ours",
+                (pad_at, 0),
+                xytext=(pad_at + 0.5, 1.25 * max(ours[others].max(), theirs[others].max())),
+                arrowprops={"arrowstyle": "->", "lw": 0.8},
+                fontsize=8,
+            )
+        zoom.legend(fontsize=8, loc="upper right")
     return fig
 
 

@@ -91,13 +91,17 @@ def heatmap(
     vmax: float | None = None,
     annotate: bool = False,
     colorbar: bool = True,
+    aspect: str = "auto",
 ) -> mpl.image.AxesImage:
-    """Draw a 2-D matrix with optional tick labels on both axes; the primitive of attention maps."""
+    """Draw a 2-D matrix with optional tick labels on both axes; the primitive of attention maps.
+
+    `aspect="equal"` keeps every cell square (a (1, S) mask is then drawn as a strip, not a square).
+    """
     values = to_numpy(matrix)
     if values.ndim != 2:
         raise ValueError(f"matrix must be 2-D, got shape {values.shape}")
     with course_style():
-        image = ax.imshow(values, cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto", interpolation="nearest")
+        image = ax.imshow(values, cmap=cmap, vmin=vmin, vmax=vmax, aspect=aspect, interpolation="nearest")
         for labels, n, set_ticks, set_labels, rotation in (
             (x_labels, values.shape[1], ax.set_xticks, ax.set_xticklabels, 90),
             (y_labels, values.shape[0], ax.set_yticks, ax.set_yticklabels, 0),
