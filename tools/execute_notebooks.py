@@ -48,6 +48,8 @@ def execute(path: pathlib.Path, timeout: int = 600) -> tuple[float, float]:
         client.execute(cleanup_kc=False)
         elapsed = time.perf_counter() - start
         peak = kernel_peak_mib(client)
+    # tools/chapter_times.py states each chapter's time from this measurement
+    notebook.metadata.setdefault("transformer_lab", {})["kernel_seconds"] = round(elapsed)
     nbformat.write(notebook, path)
     return elapsed, peak
 

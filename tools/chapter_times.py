@@ -1,0 +1,119 @@
+"""Write each chapter's time, estimated from what it holds and measured where it runs, into its title cell.
+
+    python tools/chapter_times.py            # rewrite the "**Time:**" line of every source chapter
+    python tools/chapter_times.py --check    # exit 1 if a chapter's stated time is not the computed one
+
+A chapter's time is three parts, each from a count, not a guess:
+
+- reading: the words of its markdown at READING_WPM words a minute (technical prose with formulas), plus
+  its code at CODE_LINES_PER_MINUTE lines a minute (code is read, not skimmed);
+- exercises: EXERCISE_MINUTES minutes for each exercise by level (easy, medium, harder);
+- computation: the kernel's wall time, measured by tools/execute_notebooks.py when it last ran the chapter
+  in a fresh kernel on one CPU thread (stored in the notebook's metadata, `transformer_lab.kernel_seconds`).
+
+The title cell gets one line, `**Time:** about N minutes (...)`, in place of the one it had; chapter 00's
+map of the course is not touched here (it links the chapters; their times are in their own title cells).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import pathlib
+import re
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+READING_WPM = 150
+CODE_LINES_PER_MINUTE = 12
+EXERCISE_MINUTES = {"easy": 5, "medium": 10, "harder": 15}
+LEVEL = re.compile(r"\((easy|medium|harder), (?:build|debug the notes|predict|transfer)\)")
+TIME_LINE = re.compile(r"(\*\*Time:\*\* about [^\n]*?\.(?=\s|$)|\*About \d+ minutes\.\*)")
+
+
+def _text(cell: dict) -> str:
+    source = cell.get("source", "")
+    return "".join(source) if isinstance(source, list) else source
+
+
+def estimate(notebook: dict) -> dict[str, float]:
+    """{reading, exercises, computation, total} in minutes, and the counts they come from."""
+    cells = notebook.get("cells", [])
+    words = sum(len(re.findall(r"\S+", _text(c))) for c in cells[1:] if c.get("cell_type") == "markdown")
+    code_lines = sum(
+        1
+        for c in cells
+        if c.get("cell_type") == "code"
+        for line in _text(c).splitlines()
+        if line.strip() and not line.strip().startswith("#")
+    )
+    levels = [m.group(1) for c in cells if c.get("cell_type") == "markdown" for m in LEVEL.finditer(_text(c))]
+    seconds = float(notebook.get("metadata", {}).get("transformer_lab", {}).get("kernel_seconds", 0.0))
+    reading = words / READING_WPM + code_lines / CODE_LINES_PER_MINUTE
+    exercises = sum(EXERCISE_MINUTES[level] for level in levels)
+    total = reading + exercises + seconds / 60
+    return {
+        "words": words,
+        "code_lines": code_lines,
+        "exercises_count": len(levels),
+        "kernel_seconds": seconds,
+        "reading": reading,
+        "exercises": exercises,
+        "total": total,
+    }
+
+
+def time_line(numbers: dict[str, float]) -> str:
+    total = 5 * max(1, math.ceil(numbers["total"] / 5))  # to the next 5 minutes
+    parts = [
+        f"{round(numbers['reading'])} min of reading ({numbers['words']:.0f} words, "
+        f"{numbers['code_lines']:.0f} lines of code)"
+    ]
+    count = int(numbers["exercises_count"])
+    if count:
+        parts.append(f"{numbers['exercises']:.0f} min for the {count} exercise{'s' if count > 1 else ''}")
+    if numbers["kernel_seconds"]:
+        parts.append(f"{numbers['kernel_seconds']:.0f} s of computation on one CPU thread (measured)")
+    return f"**Time:** about {total} minutes: {', '.join(parts)}."
+
+
+def updated(notebook: dict) -> tuple[dict, bool]:
+    """The notebook with its title cell's time line recomputed, and whether it changed."""
+    title = notebook["cells"][0]
+    text = _text(title)
+    line = time_line(estimate(notebook))
+    if TIME_LINE.search(text):
+        new = TIME_LINE.sub(lambda _: line, text, count=1)
+    else:
+        new = text.rstrip("\n") + "\n\n" + line
+    changed = new != text
+    if changed:
+        title["source"] = new.splitlines(keepends=True)
+    return notebook, changed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--check", action="store_true")
+    parser.add_argument("notebooks", nargs="*", type=pathlib.Path)
+    args = parser.parse_args(argv)
+    paths = args.notebooks or sorted((ROOT / "notebooks" / "solutions").glob("[0-9][0-9]_*.ipynb"))
+    stale = []
+    for path in paths:
+        notebook = json.loads(path.read_text(encoding="utf-8"))
+        notebook, changed = updated(notebook)
+        numbers = estimate(notebook)
+        print(f"{path.name}: {time_line(numbers)}")
+        if changed:
+            stale.append(path.name)
+            if not args.check:
+                path.write_text(json.dumps(notebook, indent=1, sort_keys=True, ensure_ascii=False) + "\n", "utf-8")
+    if args.check and stale:
+        print(f"stale times in {stale}: run python tools/chapter_times.py", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
