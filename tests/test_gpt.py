@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from support import require
 from torch import nn
 
 import transformer_lab as tl
-from tests.support import require
 from transformer_lab.gpt import filter_logits, load_gpt2, load_gpt2_state_dict
 
 V, BLOCK, D, H, LAYERS = 37, 12, 16, 4, 2
