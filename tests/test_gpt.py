@@ -257,6 +257,15 @@ def test_generate_with_cache_equals_recomputation(record: bool, prompt: int, new
     torch.testing.assert_close(cached_logits, recomputed_logits, **TOL)
 
 
+def test_cache_in_float32_on_the_fast_path() -> None:
+    """The dtype a learner trains in: the cache's logits equal recomputation to float32 precision."""
+    model = make_model(record=False).float()
+    idx = tokens(2, 3)
+    runs = [model.generate(idx, 2 * BLOCK, temperature=0, use_cache=use, return_logits=True) for use in (True, False)]
+    assert runs[0][1].dtype == torch.float32
+    torch.testing.assert_close(runs[0][1], runs[1][1], rtol=1e-5, atol=1e-5)
+
+
 def test_generate_logits_are_those_of_forward_on_the_cropped_context() -> None:
     """Step by step, each logits row is forward() of the last block_size tokens, taken at its last position."""
     model = make_model()
