@@ -257,6 +257,19 @@ def test_generate_with_cache_equals_recomputation(record: bool, prompt: int, new
     torch.testing.assert_close(cached_logits, recomputed_logits, **TOL)
 
 
+def test_generate_runs_only_the_new_token_until_the_context_is_full() -> None:
+    """What each step feeds the model: the prompt, then one token at a time while the cache has room, then
+    (the context full, the cache unable to slide) the whole cropped context every step."""
+    model = make_model()
+    lengths: list[int] = []
+    model.token_embedding.register_forward_hook(lambda module, args, out: lengths.append(args[0].shape[1]))
+    model.generate(tokens(2, 5), 12, temperature=0)
+    assert lengths == [5] + [1] * 6 + [BLOCK] * 5  # contexts of 5, then 6 ... 11 (< 12), then 12 five times
+    lengths.clear()
+    model.generate(tokens(2, 5), 3, temperature=0, use_cache=False)
+    assert lengths == [5, 6, 7]
+
+
 def test_cache_in_float32_on_the_fast_path() -> None:
     """The dtype a learner trains in: the cache's logits equal recomputation to float32 precision."""
     model = make_model(record=False).float()

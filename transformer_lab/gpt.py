@@ -257,10 +257,13 @@ class GPT(nn.Module):
         later step runs only the new token and attends to the cache. With LEARNED positions the cache cannot
         slide once the context is full: dropping the oldest token shifts every remaining token to the position
         before, so their position embeddings, hence every key and value of every layer above the embeddings,
-        change. So once the cache holds block_size positions, the next step rebuilds it from the cropped
-        context (the last block_size tokens, a full forward pass, as without a cache) and the steps after that
-        do the same: past block_size the cache saves nothing, but the tokens stay exactly those of
-        recomputation (tested). Generation runs in eval mode (dropout off) and restores the mode afterwards.
+        change. The cache must then be rebuilt from the cropped context (the last block_size tokens): a full
+        forward pass, as without a cache. A cache built from a full context has no room for the next token, so
+        it would be rebuilt again at the very next step; it is therefore not kept: from the step where the
+        context reaches block_size on, each step is that full forward pass over the cropped context. Past
+        block_size the cache saves nothing, and the tokens stay exactly those of recomputation (tested); the
+        speed-up is for the first block_size - T0 new tokens. Generation runs in eval mode (dropout off) and
+        restores the mode afterwards.
 
         Args:
             idx: the prompt, token ids (B, T0), T0 >= 1 (longer than block_size is fine: it is cropped).
@@ -298,12 +301,15 @@ class GPT(nn.Module):
             steps: list[Tensor] = []
             cache: DecoderCache | None = None
             for _ in range(max_new_tokens):
-                if not use_cache:
-                    logits = self(tokens[:, -block_size:])[:, -1]  # (B, V), the whole context again
-                elif cache is None or cache.length == block_size:
-                    # First step, or the cache is full and cannot slide: (re)build it from the cropped context.
-                    cache = self.new_cache()
-                    logits = self(tokens[:, -block_size:], cache)[:, -1]  # (B, V)
+                context = tokens[:, -block_size:]  # (B, <= block_size), cropped
+                if not use_cache or context.shape[1] == block_size:
+                    # No cache, or a full context: the cache cannot slide, so the cropped context is run again
+                    # (a cache rebuilt from it would have no room for the next token: it is not kept).
+                    cache = None
+                    logits = self(context)[:, -1]  # (B, V)
+                elif cache is None:
+                    cache = self.new_cache()  # the first step: the prompt fills the cache
+                    logits = self(context, cache)[:, -1]  # (B, V)
                 else:
                     logits = self(tokens[:, -1:], cache)[:, -1]  # (B, V), only the newest token
                 steps.append(logits)
