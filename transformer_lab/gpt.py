@@ -5,8 +5,8 @@
 Each block is chapter 06's `EncoderLayer` (Pre-Norm, `norm_first=True`) called with a causal mask. GPT's block
 is exactly "x = x + attn(ln_1(x)); x = x + mlp(ln_2(x))" (note 004's `Block`): one self-attention and one
 feed-forward network, which is an encoder layer. Chapter 07's `DecoderLayer` would bring a cross-attention and a
-third LayerNorm that a decoder-only model never uses (parameters that train to nothing, and state-dict keys
-GPT-2 does not have). "Decoder-only" names what the model does (predict the next token without seeing the
+third LayerNorm that a decoder-only model has nothing to feed (there is no encoder memory; its `forward` even
+requires one): parameters that never receive a gradient, and state-dict keys GPT-2 does not have. "Decoder-only" names what the model does (predict the next token without seeing the
 future), and that is the mask, not the layer. The one thing a decoder adds that generation needs is the KV
 cache; `_cached_layer` below runs an `EncoderLayer` with one, from the layer's own sub-modules (`project_kv`,
 `attend`, `norm1`, `feed_forward`, ...), and is tested equal to the layer's `forward`.
@@ -59,7 +59,7 @@ class GPTConfig:
         n_layers: N, the number of blocks.
         dropout: dropout after the embeddings, on the attention weights, inside the feed-forward network
             and on each block's two residual branches (GPT-2 has no dropout inside the feed-forward network;
-            with dropout=0.0, the default here and in GPT-2 fine-tuning, the two are the same model).
+            with dropout=0.0, the default here, the two are the same model).
         bias: whether the Linear layers and LayerNorms have biases (GPT-2: True; nanoGPT offers False).
         tie_embeddings: the output head shares the token embedding's (V, D) matrix (weight tying, as GPT-2).
         activation: the feed-forward network's activation; "gelu_tanh" is GPT-2's tanh approximation of GELU.
@@ -151,9 +151,9 @@ class GPT(nn.Module):
         feed-forward network's W_2, `mlp.c_proj`) get std 0.02 / sqrt(2 N) instead. Why: each block ADDS two
         branches to the residual stream x, so at the top x is the embedding plus 2N such terms. Roughly
         independent terms add their variances, so with a fixed std the stream's variance would grow like 2N
-        with depth; scaling each branch's last weight by 1/sqrt(2N) keeps the sum's variance independent of N
-        (GPT-2 paper, section 2.3: "scale the weights of residual layers at initialization by 1/sqrt(N)", N
-        being the number of residual layers, 2 per block).
+        with depth; scaling each branch's last weight by 1/sqrt(2N) keeps the sum's variance independent of N.
+        The GPT-2 paper (section 2.3) states the rule as a 1/sqrt(N) scale, its N counting residual layers,
+        two per block: 1/sqrt(2 n_layers) here.
         """
         std = 0.02
         for module in self.modules():
@@ -330,7 +330,8 @@ class GPT(nn.Module):
         The config is read from the shapes: V and D from `wte`, block_size from `wpe`, N from the number of
         blocks `h.i`, biases from whether `c_attn` has one, tying from whether `lm_head` is absent or equal to
         `wte`. The number of heads cannot be read from any shape (the heads only split D), so it is an
-        argument, 12 by default as in every GPT-2 size up to medium; `load_gpt2` reads it from config.json.
+        argument, 12 by default as in GPT-2 small (medium has 16, large 20, XL 25); `load_gpt2` reads it
+        from config.json.
         GPT-2's `Conv1D` stores its weight as (in, out), computing x @ W + b, so each is transposed into a
         Linear's (out, in); the fused `c_attn` (D, 3D) is split into W^Q, W^K, W^V, in that order.
         Keys may carry GPT2LMHeadModel's "transformer." prefix or not (as in the original checkpoint files);
