@@ -6,8 +6,9 @@ Each block is chapter 06's `EncoderLayer` (Pre-Norm, `norm_first=True`) called w
 is exactly "x = x + attn(ln_1(x)); x = x + mlp(ln_2(x))" (note 004's `Block`): one self-attention and one
 feed-forward network, which is an encoder layer. Chapter 07's `DecoderLayer` would bring a cross-attention and a
 third LayerNorm that a decoder-only model has nothing to feed (there is no encoder memory; its `forward` even
-requires one): parameters that never receive a gradient, and state-dict keys GPT-2 does not have. "Decoder-only" names what the model does (predict the next token without seeing the
-future), and that is the mask, not the layer. The one thing a decoder adds that generation needs is the KV
+requires one): parameters that never receive a gradient, and state-dict keys GPT-2 does not have.
+"Decoder-only" names what the model does (predict the next token without seeing the future), and that is the
+mask, not the layer. The one thing a decoder adds that generation needs is the KV
 cache; `_cached_layer` below runs an `EncoderLayer` with one, from the layer's own sub-modules (`project_kv`,
 `attend`, `norm1`, `feed_forward`, ...), and is tested equal to the layer's `forward`.
 
