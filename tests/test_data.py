@@ -161,3 +161,119 @@ def test_split_of_is_stable() -> None:
     assert data.split_of("ab") in data.SPLITS
     shares = [data.split_of(k) for k in range(20000)]
     assert 0.08 < shares.count("validation") / 20000 < 0.12
+
+
+# ---------------------------------------------------------------- chapter 10: text corpora
+
+
+@pytest.mark.parametrize(
+    ("name", "n_bytes", "n_chars", "n_distinct", "md5"),
+    [
+        ("shakespeare", 1_115_394, 1_115_394, 65, "6fb458f1232090904fb40fe944165e91"),
+        ("tang", 2_320_249, 785_209, 5_711, "115878b37460a791ec5f0ba90626ca69"),
+    ],
+)
+def test_shipped_corpora_are_those_documented(name: str, n_bytes: int, n_chars: int, n_distinct: int, md5: str) -> None:
+    """Sizes and checksums as in assets/CORPORA.md (and ../shared/data/README.md), licences shipped beside."""
+    import hashlib
+
+    path = data.ASSETS / data.CORPORA[name]
+    raw = path.read_bytes()
+    assert len(raw) == n_bytes and hashlib.md5(raw).hexdigest() == md5
+    text = data.load_corpus(name)
+    assert len(text) == n_chars and len(set(text)) == n_distinct
+    assert data.TextTokenizer.from_text(text).vocab_size == n_distinct
+    notes = (data.ASSETS / "CORPORA.md").read_text(encoding="utf-8")
+    assert data.CORPORA[name] in notes and md5 in notes and "MIT" in notes and "public domain" in notes
+
+
+def test_tang_corpus_lines_are_five_character_poems() -> None:
+    lines = data.load_corpus("tang").splitlines()
+    assert len(lines) == 17_833
+    for poem in lines:
+        verses = [poem[i : i + 6] for i in range(0, len(poem), 6)]
+        assert len(verses) in (4, 8), poem
+        assert all(len(v) == 6 and v[5] == ("，" if k % 2 == 0 else "。") for k, v in enumerate(verses)), poem
+
+
+def test_load_corpus_reads_any_utf8_file_and_refuses_the_rest(tmp_path) -> None:
+    path = tmp_path / "poem.txt"
+    path.write_text("床前明月光\n", encoding="utf-8")
+    assert data.load_corpus(path) == data.load_corpus(str(path)) == "床前明月光\n"
+    with pytest.raises(FileNotFoundError, match="neither a shipped corpus"):
+        data.load_corpus("shakespear")
+    (tmp_path / "latin1.txt").write_bytes("café".encode("latin-1"))
+    with pytest.raises(ValueError, match="not UTF-8"):
+        data.load_corpus(tmp_path / "latin1.txt")
+    with pytest.raises(TypeError, match="name must be a corpus name"):
+        data.load_corpus(3)
+
+
+def test_text_tokenizer_is_the_sorted_characters_of_the_corpus() -> None:
+    text = data.load_corpus("shakespeare")
+    tok = data.TextTokenizer.from_text(text)
+    assert tok.chars == "".join(sorted(set(text)))  # nanoGPT's shakespeare_char: id = rank of the character
+    assert tok.chars[:3] == "\n !" and tok.vocab_size == 65
+    ids = tok.encode(text[:1000])
+    assert ids.dtype == torch.long and ids.shape == (1000,)
+    assert tok.decode(ids) == text[:1000] and tok.decode(ids.tolist()) == text[:1000]
+    assert data.TextTokenizer.from_dict(tok.to_dict()).chars == tok.chars
+    with pytest.raises(ValueError, match=r"outside the vocabulary of 65, e.g. \['é'\]"):
+        tok.encode("café")
+    with pytest.raises(ValueError, match="token id 65 is outside"):
+        tok.decode([1, 65])
+    with pytest.raises(ValueError, match="1-D"):
+        tok.decode(ids.view(10, 100))
+    with pytest.raises(ValueError, match="must not repeat"):
+        data.TextTokenizer("abca")
+    with pytest.raises(ValueError, match="must not be empty"):
+        data.TextTokenizer.from_text("")
+
+
+@pytest.mark.parametrize("kind", ["str", "tensor"])
+def test_split_text_first_ninety_percent_last_ten(kind: str) -> None:
+    text = data.load_corpus("shakespeare")
+    stream = text if kind == "str" else data.TextTokenizer.from_text(text).encode(text)
+    train, validation = data.split_text(stream)
+    assert len(train) == int(0.9 * len(text)) == 1_003_854  # nanoGPT's shakespeare_char: 1,003,854 / 111,540
+    assert len(validation) == len(text) - len(train) == 111_540
+    if kind == "str":
+        assert train + validation == text
+    else:
+        assert torch.equal(torch.cat([train, validation]), stream)
+    assert data.split_text("abcdefghij", 0.5) == ("abcde", "fghij")
+    with pytest.raises(ValueError, match="train_fraction"):
+        data.split_text(text, 1.0)
+    with pytest.raises(ValueError, match="1-D"):
+        data.split_text(torch.zeros(2, 3))
+
+
+def test_random_windows_targets_are_the_next_tokens() -> None:
+    stream = torch.arange(100)
+    x, y = data.random_windows(stream, 8, 32, torch.Generator().manual_seed(0))
+    assert x.shape == y.shape == (32, 8)
+    assert torch.equal(y, x + 1)  # arange: the next token is the next number
+    assert torch.equal(x[:, 1:], x[:, :-1] + 1)  # contiguous windows
+    assert int(y.max()) <= 99 and int(x.min()) >= 0
+    again, _ = data.random_windows(stream, 8, 32, torch.Generator().manual_seed(0))
+    assert torch.equal(x, again)
+    # Every start 0 .. N - block_size - 1 is drawn, the last one included.
+    starts = data.random_windows(torch.arange(12), 8, 400, torch.Generator().manual_seed(1))[0][:, 0]
+    assert set(starts.tolist()) == {0, 1, 2, 3}
+
+
+def test_consecutive_windows_cover_the_stream_once() -> None:
+    stream = torch.arange(30)
+    x, y = data.consecutive_windows(stream, 7)  # (30 - 1) // 7 = 4 windows
+    assert x.shape == y.shape == (4, 7)
+    assert torch.equal(x.flatten(), torch.arange(28)) and torch.equal(y.flatten(), torch.arange(1, 29))
+    x, y = data.consecutive_windows(torch.arange(29), 7)  # exactly 4 windows and their targets
+    assert x.shape == (4, 7) and int(y[-1, -1]) == 28
+    with pytest.raises(ValueError, match="fewer than block_size"):
+        data.consecutive_windows(torch.arange(7), 7)
+    with pytest.raises(TypeError, match="1-D integer tensor"):
+        data.consecutive_windows(torch.rand(30), 7)
+    with pytest.raises(TypeError, match="block_size"):
+        data.random_windows(stream, 7.0, 2)
+    with pytest.raises(ValueError, match="batch_size"):
+        data.random_windows(stream, 7, 0)

@@ -67,3 +67,15 @@ def test_dropout_sits_after_the_activation() -> None:
     torch.testing.assert_close(out, expected, atol=1e-12, rtol=0)
     ffn.eval()
     torch.testing.assert_close(ffn(x), ffn.w2(F.relu(ffn.w1(x))), atol=1e-12, rtol=0)
+
+
+def test_gelu_tanh_is_gpt2s_formula_and_nn_gelu_tanh() -> None:
+    """activation="gelu_tanh" (chapter 10): GPT-2's tanh approximation, written out, and nn.GELU(approximate="tanh")."""
+    torch.manual_seed(0)
+    ffn = tl.FeedForward(D, FF, activation="gelu_tanh").double()
+    x = _x(2, 3, D)
+    h = ffn.w1(x)
+    written = 0.5 * h * (1.0 + torch.tanh((2.0 / torch.pi) ** 0.5 * (h + 0.044715 * h**3)))
+    torch.testing.assert_close(ffn(x), ffn.w2(written), atol=1e-12, rtol=0)
+    torch.testing.assert_close(ffn(x), ffn.w2(nn.GELU(approximate="tanh")(h)), atol=1e-12, rtol=0)
+    assert (ffn(x) - ffn.w2(F.gelu(h))).abs().max() > 1e-8  # not the exact erf GELU

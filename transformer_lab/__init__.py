@@ -32,6 +32,7 @@ from transformer_lab.model import (  # chapter 09
     load_checkpoint,
     save_checkpoint,
 )
+from transformer_lab.gpt import GPT, GPTConfig  # chapter 10
 
 __version__ = "0.1.0"
 
@@ -66,6 +67,8 @@ __all__ = [
     "count_parameters",
     "save_checkpoint",
     "load_checkpoint",
+    "GPTConfig",
+    "GPT",
 ]
 
 # Course machinery and chapter 09's tools, imported on first use (`tl.plotting`, `tl.widgets`, ...)

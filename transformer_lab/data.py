@@ -13,15 +13,23 @@ always tested on values it has never seen in any form:
 Every date input has exactly one answer: each separator has one day/month order ("/" is always
 month first, "." always day first), so "03/04/2026" can only mean 4 March.
 
-Shape legend: B batch, S source length, T target length (+1 for BOS or EOS).
+Chapter 10's text data sits at the end: the two corpora shipped in `transformer_lab/assets`
+(Tiny Shakespeare and 17,833 five-character Tang poems, provenance and licences in
+`assets/CORPORA.md`), `load_corpus`, a character tokenizer built from a corpus (`TextTokenizer`, no
+special tokens, as nanoGPT's `shakespeare_char`), the train/validation split (first 90 % / last 10 % of
+the characters) and windows of a token stream for a language model.
+
+Shape legend: B batch, S source length, T target length (+1 for BOS or EOS); for text, N tokens.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import os
 import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import Tensor
@@ -48,6 +56,12 @@ __all__ = [
     "make_batch",
     "SPLITS",
     "split_of",
+    "CORPORA",
+    "load_corpus",
+    "TextTokenizer",
+    "split_text",
+    "random_windows",
+    "consecutive_windows",
 ]
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
@@ -414,3 +428,176 @@ def make_batch(
     tgt_in = _pad([tokenizer.encode(t, add_bos=True) for _, t in pairs], tokenizer.pad_id)  # (B, T)
     tgt_out = _pad([tokenizer.encode(t, add_eos=True) for _, t in pairs], tokenizer.pad_id)  # (B, T)
     return Batch(src, tgt_in, tgt_out, padding_mask(src, tokenizer.pad_id)).to(device)
+
+
+# ---------------------------------------------------------------------------------------------
+# Text corpora for a character-level language model (chapter 10)
+# ---------------------------------------------------------------------------------------------
+
+ASSETS = Path(__file__).resolve().parent / "assets"
+
+#: The corpora shipped with the course (provenance, checksums and licences: assets/CORPORA.md).
+CORPORA = {
+    "shakespeare": "tinyshakespeare.txt",  # Tiny Shakespeare, nanoGPT's shakespeare_char: 1,115,394 characters
+    "tang": "tang_wuyan.txt",  # 17,833 five-character Tang poems, one per line, simplified characters
+}
+
+
+def load_corpus(name: str | os.PathLike[str]) -> str:
+    """The text of a shipped corpus ("shakespeare" or "tang", see `CORPORA`), or of any UTF-8 text file.
+
+    Args:
+        name: a key of `CORPORA`, or the path of a UTF-8 text file.
+
+    Returns:
+        the whole text as one string.
+    """
+    if not isinstance(name, (str, os.PathLike)):
+        raise TypeError(f"name must be a corpus name {sorted(CORPORA)} or a file path, got {type(name).__name__}")
+    path = ASSETS / CORPORA[name] if isinstance(name, str) and name in CORPORA else Path(name)
+    if not path.is_file():
+        raise FileNotFoundError(f"{str(name)!r} is neither a shipped corpus {sorted(CORPORA)} nor a text file")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path} is not UTF-8 text: {error}") from None
+
+
+class TextTokenizer:
+    """Characters <-> token ids for a language model on one corpus (chapter 10).
+
+    The vocabulary is the sorted set of the characters of a text (`from_text`), id i being the i-th:
+    no special tokens, exactly nanoGPT's `shakespeare_char` (65 characters for Tiny Shakespeare). Unlike
+    chapter 09's `CharTokenizer` there is no UNK: a character outside the vocabulary is an error, since
+    a language model can neither read nor write it.
+
+    Args:
+        chars: the vocabulary's characters, each once.
+    """
+
+    def __init__(self, chars: str | Sequence[str]) -> None:
+        chars = list(chars)
+        if not chars or any(not isinstance(c, str) or len(c) != 1 for c in chars):
+            raise ValueError("chars must be a non-empty sequence of single characters")
+        if len(set(chars)) != len(chars):
+            raise ValueError("chars must not repeat a character")
+        self.chars = "".join(chars)
+        self.index = {ch: i for i, ch in enumerate(self.chars)}
+
+    @classmethod
+    def from_text(cls, text: str) -> TextTokenizer:
+        """The tokenizer whose vocabulary is every distinct character of `text`, sorted."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        if not text:
+            raise ValueError("text must not be empty: the vocabulary is made of its characters")
+        return cls(sorted(set(text)))
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.chars)
+
+    def encode(self, text: str) -> Tensor:
+        """A string -> its token ids, a 1-D int64 tensor (N,)."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        try:
+            ids = [self.index[ch] for ch in text]
+        except KeyError as error:
+            unknown = sorted(set(text) - set(self.index))
+            raise ValueError(
+                f"text contains {len(unknown)} character(s) outside the vocabulary of {self.vocab_size}, "
+                f"e.g. {unknown[:5]}"
+            ) from error
+        return torch.tensor(ids, dtype=torch.long)  # (N,)
+
+    def decode(self, ids: Iterable[int] | Tensor) -> str:
+        """Token ids (a 1-D tensor or a sequence of ints) -> the string."""
+        if isinstance(ids, Tensor):
+            if ids.dim() != 1:
+                raise ValueError(f"ids must be 1-D (one sequence), got shape {tuple(ids.shape)}")
+            ids = ids.tolist()
+        out = []
+        for i in ids:
+            i = int(i)
+            if not 0 <= i < self.vocab_size:
+                raise ValueError(f"token id {i} is outside the vocabulary [0, {self.vocab_size})")
+            out.append(self.chars[i])
+        return "".join(out)
+
+    def to_dict(self) -> dict[str, str]:
+        """Plain data for a checkpoint (readable with `torch.load(weights_only=True)`)."""
+        return {"chars": self.chars}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, str]) -> TextTokenizer:
+        return cls(data["chars"])
+
+    def __repr__(self) -> str:
+        return f"TextTokenizer(vocab_size={self.vocab_size})"
+
+
+def split_text(data: str | Tensor, train_fraction: float = 0.9) -> tuple[str | Tensor, str | Tensor]:
+    """The first `train_fraction` of the characters (or token ids) for training, the rest for validation.
+
+    As nanoGPT does (n = len(data); train = data[: int(0.9 n)]): a cut in the text, not a random
+    sample of lines, so validation text is text the model has never seen a window of.
+
+    Returns:
+        (train, validation), the same type as `data`.
+    """
+    if not isinstance(data, (str, Tensor)):
+        raise TypeError(f"data must be a str or a 1-D tensor of token ids, got {type(data).__name__}")
+    if isinstance(data, Tensor) and data.dim() != 1:
+        raise ValueError(f"data must be 1-D (one stream of token ids), got shape {tuple(data.shape)}")
+    if isinstance(train_fraction, bool) or not isinstance(train_fraction, (int, float)):
+        raise TypeError(f"train_fraction must be a float in (0, 1), got {train_fraction!r}")
+    if not 0.0 < train_fraction < 1.0:
+        raise ValueError(f"train_fraction must be in (0, 1), got {train_fraction}")
+    cut = int(len(data) * train_fraction)
+    return data[:cut], data[cut:]
+
+
+def _check_stream(data: object, block_size: object) -> None:
+    if not isinstance(data, Tensor) or data.dim() != 1 or data.is_floating_point():
+        shown = tuple(data.shape) if isinstance(data, Tensor) else type(data).__name__
+        raise TypeError(f"data must be a 1-D integer tensor of token ids (tokenizer.encode(text)), got {shown}")
+    check_positive_int("block_size", block_size)
+    assert isinstance(block_size, int)
+    if data.numel() < block_size + 1:
+        raise ValueError(f"data has {data.numel()} tokens, fewer than block_size + 1 = {block_size + 1}")
+
+
+def random_windows(
+    data: Tensor, block_size: int, batch_size: int, generator: torch.Generator | None = None
+) -> tuple[Tensor, Tensor]:
+    """A training batch: `batch_size` windows at random offsets, and the same windows one token later.
+
+    Target y[b, t] = x[b, t + 1]: at every position the model predicts the next character.
+
+    Shape:
+        data (N,) -> x (B, block_size), y (B, block_size).
+    """
+    _check_stream(data, block_size)
+    check_positive_int("batch_size", batch_size)
+    starts = torch.randint(len(data) - block_size, (batch_size,), generator=generator)  # (B,)
+    offsets = starts[:, None] + torch.arange(block_size)  # (B, block_size)
+    return data[offsets], data[offsets + 1]
+
+
+def consecutive_windows(data: Tensor, block_size: int) -> tuple[Tensor, Tensor]:
+    """The whole stream cut into consecutive windows, for a validation loss that is not a random estimate.
+
+    Window i holds tokens i * block_size ... (i + 1) * block_size - 1 and its targets are the next tokens;
+    the tail that does not fill a whole window (fewer than block_size + 1 tokens left) is left out. Every
+    token is predicted once, by a model that sees 0 ... block_size - 1 tokens of context before it.
+
+    Shape:
+        data (N,) -> x (W, block_size), y (W, block_size), W = (N - 1) // block_size.
+    """
+    _check_stream(data, block_size)
+    windows = (len(data) - 1) // block_size
+    used = windows * block_size
+    x = data[:used].view(windows, block_size)  # (W, block_size)
+    y = data[1 : used + 1].view(windows, block_size)  # (W, block_size)
+    return x, y

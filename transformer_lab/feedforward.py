@@ -4,12 +4,15 @@ FFN(x) = max(0, x W_1 + b_1) W_2 + b_2                       (paper, equation 2)
 
 The same two Linear layers act on every position separately. The hidden width d_ff is
 2048 = 4 x d_model in the paper (note 000's code sets it equal to d_model by mistake).
-GELU instead of ReLU is what GPT (note 004) uses.
+GELU instead of ReLU is what GPT (note 004) uses; GPT-2 computes it with the tanh approximation
+GELU(x) ~ 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), which is "gelu_tanh" here (chapter 10).
 
 Shape legend: B batch, T length, D d_model, F d_ff.
 """
 
 from __future__ import annotations
+
+from functools import partial
 
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -18,7 +21,7 @@ from transformer_lab._checks import check_float, check_last_dim, check_positive_
 
 __all__ = ["FeedForward"]
 
-_ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
+_ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": partial(F.gelu, approximate="tanh")}
 
 
 class FeedForward(nn.Module):
@@ -30,7 +33,8 @@ class FeedForward(nn.Module):
         d_model: D.
         d_ff: hidden width (2048 in the paper, 4 x D in GPT).
         dropout: dropout probability after the activation.
-        activation: "relu" (the paper) or "gelu" (GPT, note 004).
+        activation: "relu" (the paper), "gelu" (GPT, note 004) or "gelu_tanh" (GELU's tanh approximation,
+            as GPT-2 computes it; chapter 10).
 
     Shape:
         x (..., D) -> (..., D).

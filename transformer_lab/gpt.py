@@ -1,0 +1,575 @@
+"""A decoder-only GPT (note 004's reading of nanoGPT) built from the course's own modules (chapter 10).
+
+    idx (B, T) -> token embedding + learned position embedding -> N Pre-Norm blocks -> LayerNorm -> head -> logits
+
+Each block is chapter 06's `EncoderLayer` (Pre-Norm, `norm_first=True`) called with a causal mask. GPT's block
+is exactly "x = x + attn(ln_1(x)); x = x + mlp(ln_2(x))" (note 004's `Block`): one self-attention and one
+feed-forward network, which is an encoder layer. Chapter 07's `DecoderLayer` would bring a cross-attention and a
+third LayerNorm that a decoder-only model has nothing to feed (there is no encoder memory; its `forward` even
+requires one): parameters that never receive a gradient, and state-dict keys GPT-2 does not have.
+"Decoder-only" names what the model does (predict the next token without seeing the future), and that is the
+mask, not the layer. The one thing a decoder adds that generation needs is the KV
+cache; `_cached_layer` below runs an `EncoderLayer` with one, from the layer's own sub-modules (`project_kv`,
+`attend`, `norm1`, `feed_forward`, ...), and is tested equal to the layer's `forward`.
+
+How the names map onto nanoGPT / GPT-2 (what `GPT.from_gpt2` converts):
+
+    wte -> token_embedding        h.i.ln_1 -> layers.i.norm1        h.i.mlp.c_fc   -> layers.i.feed_forward.w1
+    wpe -> position_embedding     h.i.attn.c_attn -> w_q, w_k, w_v  h.i.mlp.c_proj -> layers.i.feed_forward.w2
+    ln_f -> norm                  h.i.attn.c_proj -> w_o            h.i.ln_2       -> layers.i.norm2
+    lm_head -> lm_head (tied to token_embedding)
+
+Shape legend: B batch, T length, D d_model, H heads, d_k = D / H, V vocabulary size, N n_layers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from transformer_lab._checks import check_bool, check_positive_int, check_probability, check_tokens
+from transformer_lab.decoder import DecoderCache, LayerCache
+from transformer_lab.embedding import LearnedPositionalEmbedding
+from transformer_lab.encoder import EncoderLayer, fast_norm
+from transformer_lab.feedforward import _ACTIVATIONS
+from transformer_lab.masking import causal_mask
+from transformer_lab.normalization import LayerNorm
+from transformer_lab.residual import sublayer_connection
+
+__all__ = ["GPTConfig", "GPT", "filter_logits", "load_gpt2_state_dict", "load_gpt2"]
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    """Every size of a `GPT`, frozen and checked when created (chapter 10); nanoGPT's `GPTConfig`.
+
+    Args:
+        vocab_size: V, the number of token ids.
+        block_size: the context length: the number of learned positions, the longest `idx` `forward` takes.
+        d_model: D (nanoGPT's n_embd).
+        n_heads: H; d_model must be divisible by it.
+        n_layers: N, the number of blocks.
+        dropout: dropout after the embeddings, on the attention weights, inside the feed-forward network
+            and on each block's two residual branches (GPT-2 has no dropout inside the feed-forward network;
+            with dropout=0.0, the default here, the two are the same model).
+        bias: whether the Linear layers and LayerNorms have biases (GPT-2: True; nanoGPT offers False).
+        tie_embeddings: the output head shares the token embedding's (V, D) matrix (weight tying, as GPT-2).
+        activation: the feed-forward network's activation; "gelu_tanh" is GPT-2's tanh approximation of GELU.
+    """
+
+    vocab_size: int
+    block_size: int = 256
+    d_model: int = 384
+    n_heads: int = 6
+    n_layers: int = 6
+    dropout: float = 0.0
+    bias: bool = True
+    tie_embeddings: bool = True
+    activation: str = "gelu_tanh"
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "block_size", "d_model", "n_heads", "n_layers"):
+            check_positive_int(name, getattr(self, name))
+        check_probability("dropout", self.dropout)
+        check_bool("bias", self.bias)
+        check_bool("tie_embeddings", self.tie_embeddings)
+        if self.d_model % self.n_heads != 0:
+            raise ValueError(
+                f"d_model must be divisible by n_heads so that each head gets d_k = d_model / n_heads features: "
+                f"got d_model={self.d_model}, n_heads={self.n_heads}"
+            )
+        if self.activation not in _ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(_ACTIVATIONS)}, got {self.activation!r}")
+
+    @classmethod
+    def gpt2(cls, **overrides: Any) -> GPTConfig:
+        """GPT-2 small (124M parameters): V=50257, context 1024, D=768, 12 heads, 12 layers, biases, tied head."""
+        settings: dict[str, Any] = dict(
+            vocab_size=50257, block_size=1024, d_model=768, n_heads=12, n_layers=12, dropout=0.0, bias=True
+        )
+        settings.update(overrides)
+        return cls(**settings)
+
+    @property
+    def d_ff(self) -> int:
+        """The feed-forward network's hidden width: 4 x d_model, as in GPT-2 (and the paper: 2048 = 4 x 512)."""
+        return 4 * self.d_model
+
+    def to_dict(self) -> dict[str, Any]:
+        """A plain dict (for a checkpoint that `torch.load(weights_only=True)` can read)."""
+        return dataclasses.asdict(self)
+
+
+class GPT(nn.Module):
+    """A decoder-only Transformer language model: GPT-2's architecture from the course's modules (chapter 10).
+
+    Args:
+        config: a `GPTConfig`.
+
+    Shape:
+        idx (B, T) token ids with T <= block_size -> logits (B, T, V): row t scores the token after idx[:, t].
+    """
+
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        if not isinstance(config, GPTConfig):
+            raise TypeError(f"config must be a GPTConfig, got {type(config).__name__}")
+        self.config = config
+        c = config
+        self.token_embedding = nn.Embedding(c.vocab_size, c.d_model)  # wte, (V, D); no sqrt(D) scale in GPT
+        self.position_embedding = LearnedPositionalEmbedding(c.block_size, c.d_model)  # wpe, (block_size, D)
+        self.dropout = nn.Dropout(c.dropout)
+        self.layers = nn.ModuleList(
+            EncoderLayer(c.d_model, c.n_heads, c.d_ff, c.dropout, norm_first=True, activation=c.activation)
+            for _ in range(c.n_layers)
+        )
+        self.norm = LayerNorm(c.d_model)  # ln_f: Pre-Norm leaves the last block's output un-normalized
+        self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)  # (V, D)
+        if c.tie_embeddings:
+            # Weight tying: one (V, D) matrix embeds the input tokens and scores the next one.
+            self.lm_head.weight = self.token_embedding.weight
+        if not c.bias:
+            _remove_biases(self)
+        # The causal mask, True on and below the diagonal (True = may attend, the course's convention; nanoGPT
+        # calls this `tril` buffer `bias`). Not persistent: it is rebuilt from block_size, not saved.
+        self.register_buffer("causal", causal_mask(c.block_size), persistent=False)  # (block_size, block_size)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """GPT-2's initialisation (as nanoGPT and Hugging Face's GPT-2 do it).
+
+        Every Linear weight and both embeddings ~ N(0, 0.02^2), biases 0, LayerNorms gamma 1 and beta 0. The two
+        projections that write into the residual stream (attention's W^O, nanoGPT's `attn.c_proj`, and the
+        feed-forward network's W_2, `mlp.c_proj`) get std 0.02 / sqrt(2 N) instead. Why: each block ADDS two
+        branches to the residual stream x, so at the top x is the embedding plus 2N such terms. Roughly
+        independent terms add their variances, so with a fixed std the stream's variance would grow like 2N
+        with depth; scaling each branch's last weight by 1/sqrt(2N) keeps the sum's variance independent of N.
+        The GPT-2 paper (section 2.3) states the rule as a 1/sqrt(N) scale, its N counting residual layers,
+        two per block: 1/sqrt(2 n_layers) here.
+        """
+        std = 0.02
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                nn.init.normal_(module.weight, mean=0.0, std=std)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.Embedding):
+                nn.init.normal_(module.weight, mean=0.0, std=std)
+            elif isinstance(module, LayerNorm):
+                nn.init.ones_(module.weight)
+                if isinstance(module.bias, nn.Parameter):
+                    nn.init.zeros_(module.bias)
+        residual_std = std / math.sqrt(2 * self.config.n_layers)
+        for layer in self.layers:
+            nn.init.normal_(layer.self_attn.w_o.weight, mean=0.0, std=residual_std)
+            nn.init.normal_(layer.feed_forward.w2.weight, mean=0.0, std=residual_std)
+
+    def new_cache(self) -> DecoderCache:
+        """An empty KV cache for `forward(idx, cache=...)`: each layer's keys and values, and the length so far."""
+        return DecoderCache.empty(self.config.n_layers)
+
+    def forward(self, idx: Tensor, cache: DecoderCache | None = None) -> Tensor:
+        """Logits for the token after each position of `idx`.
+
+        Args:
+            idx: token ids (B, T), an integer tensor with ids in [0, vocab_size) and T <= block_size.
+            cache: optional KV cache (`new_cache()`); `idx` then holds only the NEW tokens, at positions
+                cache.length, ..., cache.length + T - 1, and the cache is extended with them.
+
+        Shape:
+            idx (B, T) -> logits (B, T, V).
+        """
+        start = self._check_idx(idx, cache)
+        length = idx.shape[1]
+        x = self.token_embedding(idx)  # (B, T, D)
+        x = self.dropout(self.position_embedding(x, start=start))  # (B, T, D), positions start..start+T-1
+        # Query t (absolute position start + t) may see keys 0..start+t: rows start..start+T-1 of the full mask.
+        # A single new token sees everything, so it needs no mask (and the fused kernel can skip it).
+        mask = None if length == 1 else self.causal[start : start + length, : start + length]  # (T, start + T)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, mask) if cache is None else _cached_layer(layer, x, mask, cache.layers[i])  # (B, T, D)
+        if cache is not None:
+            cache.length += length
+        fast = not self.layers[-1].self_attn.record_weights
+        x = fast_norm(self.norm)(x) if fast else self.norm(x)  # (B, T, D)
+        return self.lm_head(x)  # (B, T, V)
+
+    def _check_idx(self, idx: object, cache: DecoderCache | None) -> int:
+        """Clear errors for bad token ids or a context past block_size; returns the first position of idx."""
+        check_tokens("idx", idx, self.config.vocab_size)
+        assert isinstance(idx, Tensor)
+        if idx.shape[1] == 0:
+            raise ValueError(f"idx must hold at least one token per sequence, got shape {tuple(idx.shape)}")
+        start = 0
+        if cache is not None:
+            if not isinstance(cache, DecoderCache):
+                raise TypeError(f"cache must be a DecoderCache from model.new_cache(), got {type(cache).__name__}")
+            if len(cache.layers) != self.config.n_layers:
+                raise ValueError(f"cache has {len(cache.layers)} layers, the model has {self.config.n_layers}")
+            cached = cache.layers[0].self_k
+            if cached is not None and cached.shape[0] != idx.shape[0]:
+                raise ValueError(
+                    f"idx must have the cache's batch size: the cache holds B={cached.shape[0]}, "
+                    f"idx has B={idx.shape[0]}"
+                )
+            start = cache.length
+        if start + idx.shape[1] > self.config.block_size:
+            where = (
+                f"the cache holds {start} positions and idx adds {idx.shape[1]}"
+                if cache
+                else (f"idx has T={idx.shape[1]} positions")
+            )
+            raise ValueError(
+                f"context too long: {where}, but the model has block_size={self.config.block_size} learned "
+                "positions (there is no position embedding beyond them); crop idx to its last block_size tokens, "
+                "as generate does"
+            )
+        return start
+
+    @torch.no_grad()
+    def generate(
+        self,
+        idx: Tensor,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        top_k: int | None = None,
+        top_p: float | None = None,
+        generator: torch.Generator | None = None,
+        *,
+        use_cache: bool = True,
+        return_logits: bool = False,
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """Extend `idx` by `max_new_tokens` sampled tokens, one at a time (chapter 10).
+
+        Each step scores the next token from the last block_size tokens (the context is cropped, as nanoGPT
+        does), divides the logits by `temperature`, keeps the `top_k` best and/or the smallest set whose
+        probabilities add up to `top_p` (`filter_logits`), and samples from the softmax.
+
+        The KV cache (`use_cache=True`): the prompt is run once and each layer keeps its keys and values; every
+        later step runs only the new token and attends to the cache. With LEARNED positions the cache cannot
+        slide once the context is full: dropping the oldest token shifts every remaining token to the position
+        before, so their position embeddings, hence every key and value of every layer above the embeddings,
+        change. The cache must then be rebuilt from the cropped context (the last block_size tokens): a full
+        forward pass, as without a cache. A cache built from a full context has no room for the next token, so
+        it would be rebuilt again at the very next step; it is therefore not kept: from the step where the
+        context reaches block_size on, each step is that full forward pass over the cropped context. Past
+        block_size the cache saves nothing, and the tokens stay exactly those of recomputation (tested); the
+        speed-up is for the first block_size - T0 new tokens. Generation runs in eval mode (dropout off) and
+        restores the mode afterwards.
+
+        Args:
+            idx: the prompt, token ids (B, T0), T0 >= 1 (longer than block_size is fine: it is cropped).
+            max_new_tokens: how many tokens to add (>= 0).
+            temperature: > 0 divides the logits (< 1 sharper, > 1 flatter); 0 means greedy: the most likely
+                token every step (the first one on a tie), top_k, top_p and generator then unused.
+            top_k: keep only the k most likely tokens (ties with the k-th are kept); None keeps all; a k above
+                the vocabulary size keeps all.
+            top_p: nucleus sampling, in (0, 1]: keep the most likely tokens until their probabilities add up to
+                at least top_p; None (or 1.0) keeps all.
+            generator: a `torch.Generator` for the sampling; the same seed gives the same tokens.
+            use_cache: run with the KV cache (True) or recompute the whole context every step (False).
+            return_logits: also return each step's logits, before temperature and filtering.
+
+        Returns:
+            tokens (B, T0 + max_new_tokens), the prompt followed by the new tokens; with `return_logits`,
+            (tokens, logits) where logits is (B, max_new_tokens, V).
+        """
+        check_tokens("idx", idx, self.config.vocab_size)
+        if idx.shape[1] == 0:
+            raise ValueError(f"idx must hold at least one token per sequence (a prompt), got shape {tuple(idx.shape)}")
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+        _check_sampling(temperature, top_k, top_p)
+        if generator is not None and not isinstance(generator, torch.Generator):
+            raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+        check_bool("use_cache", use_cache)
+        check_bool("return_logits", return_logits)
+
+        was_training = self.training
+        self.eval()
+        try:
+            block_size = self.config.block_size
+            tokens = idx
+            steps: list[Tensor] = []
+            cache: DecoderCache | None = None
+            for _ in range(max_new_tokens):
+                context = tokens[:, -block_size:]  # (B, <= block_size), cropped
+                if not use_cache or context.shape[1] == block_size:
+                    # No cache, or a full context: the cache cannot slide, so the cropped context is run again
+                    # (a cache rebuilt from it would have no room for the next token: it is not kept).
+                    cache = None
+                    logits = self(context)[:, -1]  # (B, V)
+                elif cache is None:
+                    cache = self.new_cache()  # the first step: the prompt fills the cache
+                    logits = self(context, cache)[:, -1]  # (B, V)
+                else:
+                    logits = self(tokens[:, -1:], cache)[:, -1]  # (B, V), only the newest token
+                steps.append(logits)
+                next_token = _sample(logits, temperature, top_k, top_p, generator)  # (B, 1)
+                tokens = torch.cat([tokens, next_token], dim=1)  # (B, T + 1)
+        finally:
+            self.train(was_training)
+        if not return_logits:
+            return tokens
+        empty = self.lm_head.weight.new_zeros((idx.shape[0], 0, self.config.vocab_size))  # (B, 0, V)
+        all_logits = torch.stack(steps, dim=1) if steps else empty
+        return tokens, all_logits  # (B, T0 + N), (B, N, V)
+
+    @classmethod
+    def from_gpt2(cls, state_dict: Mapping[str, Tensor], n_heads: int = 12) -> GPT:
+        """A `GPT` holding the weights of a Hugging Face GPT-2 state dict (chapter 10).
+
+        The config is read from the shapes: V and D from `wte`, block_size from `wpe`, N from the number of
+        blocks `h.i`, biases from whether `c_attn` has one, tying from whether `lm_head` is absent or equal to
+        `wte`. The number of heads cannot be read from any shape (the heads only split D), so it is an
+        argument, 12 by default as in GPT-2 small (medium has 16, large 20, XL 25); `load_gpt2` reads it
+        from config.json.
+        GPT-2's `Conv1D` stores its weight as (in, out), computing x @ W + b, so each is transposed into a
+        Linear's (out, in); the fused `c_attn` (D, 3D) is split into W^Q, W^K, W^V, in that order.
+        Keys may carry GPT2LMHeadModel's "transformer." prefix or not (as in the original checkpoint files);
+        the old causal-mask buffers "attn.bias" and "attn.masked_bias" are ignored. The model has the
+        state dict's dtype.
+
+        Args:
+            state_dict: the tensors of a `GPT2LMHeadModel` or `GPT2Model`, by name.
+            n_heads: the number of attention heads.
+
+        Returns:
+            the model in eval mode (dropout 0), with GELU's tanh approximation as GPT-2 uses it.
+        """
+        if not isinstance(state_dict, Mapping):
+            raise TypeError(f"state_dict must be a mapping of names to tensors, got {type(state_dict).__name__}")
+        check_positive_int("n_heads", n_heads)
+        sd = {(k[len("transformer.") :] if k.startswith("transformer.") else k): v for k, v in state_dict.items()}
+        for name in ("wte.weight", "wpe.weight", "ln_f.weight"):
+            if name not in sd:
+                raise ValueError(f"state_dict is not a GPT-2 state dict: it has no {name!r}")
+        vocab_size, d_model = sd["wte.weight"].shape
+        block_size = sd["wpe.weight"].shape[0]
+        n_layers = 0
+        while f"h.{n_layers}.ln_1.weight" in sd:
+            n_layers += 1
+        if n_layers == 0:
+            raise ValueError("state_dict is not a GPT-2 state dict: it has no blocks 'h.0....'")
+        d_ff = sd["h.0.mlp.c_fc.weight"].shape[1]
+        if d_ff != 4 * d_model:
+            raise ValueError(f"the feed-forward width must be 4 x d_model={4 * d_model} as in GPT-2, got {d_ff}")
+        head = sd.get("lm_head.weight")
+        tied = head is None or head.data_ptr() == sd["wte.weight"].data_ptr() or torch.equal(head, sd["wte.weight"])
+        config = GPTConfig(
+            vocab_size=vocab_size,
+            block_size=block_size,
+            d_model=d_model,
+            n_heads=n_heads,
+            n_layers=n_layers,
+            dropout=0.0,
+            bias="h.0.attn.c_attn.bias" in sd,
+            tie_embeddings=tied,
+            activation="gelu_tanh",
+        )
+        ours = _convert_gpt2(sd, config)
+        model = cls(config).to(sd["wte.weight"].dtype)
+        model.load_state_dict(ours, strict=True)
+        return model.eval()
+
+
+def _convert_gpt2(sd: dict[str, Tensor], config: GPTConfig) -> dict[str, Tensor]:
+    """GPT-2's names and layouts -> ours (see the table in the module docstring)."""
+    d = config.d_model
+    used = set()
+
+    def take(name: str) -> Tensor:
+        if name not in sd:
+            raise ValueError(f"state_dict is missing {name!r} (a GPT-2 model with {config.n_layers} blocks has it)")
+        used.add(name)
+        return sd[name]
+
+    ours: dict[str, Tensor] = {
+        "token_embedding.weight": take("wte.weight"),
+        "position_embedding.embedding.weight": take("wpe.weight"),
+        "norm.weight": take("ln_f.weight"),
+    }
+    if config.bias:
+        ours["norm.bias"] = take("ln_f.bias")
+    for i in range(config.n_layers):
+        g, o = f"h.{i}.", f"layers.{i}."
+        # Conv1D weights are (in, out); Linear weights are (out, in): transpose.
+        w_q, w_k, w_v = take(g + "attn.c_attn.weight").split(d, dim=1)  # (D, 3D) -> 3 x (D, D)
+        ours[o + "self_attn.w_q.weight"] = w_q.t()
+        ours[o + "self_attn.w_k.weight"] = w_k.t()
+        ours[o + "self_attn.w_v.weight"] = w_v.t()
+        ours[o + "self_attn.w_o.weight"] = take(g + "attn.c_proj.weight").t()  # (D, D)
+        ours[o + "feed_forward.w1.weight"] = take(g + "mlp.c_fc.weight").t()  # (D, 4D) -> (4D, D)
+        ours[o + "feed_forward.w2.weight"] = take(g + "mlp.c_proj.weight").t()  # (4D, D) -> (D, 4D)
+        ours[o + "norm1.weight"] = take(g + "ln_1.weight")
+        ours[o + "norm2.weight"] = take(g + "ln_2.weight")
+        if config.bias:
+            b_q, b_k, b_v = take(g + "attn.c_attn.bias").split(d)  # (3D,) -> 3 x (D,)
+            ours[o + "self_attn.w_q.bias"] = b_q
+            ours[o + "self_attn.w_k.bias"] = b_k
+            ours[o + "self_attn.w_v.bias"] = b_v
+            ours[o + "self_attn.w_o.bias"] = take(g + "attn.c_proj.bias")
+            ours[o + "feed_forward.w1.bias"] = take(g + "mlp.c_fc.bias")
+            ours[o + "feed_forward.w2.bias"] = take(g + "mlp.c_proj.bias")
+            ours[o + "norm1.bias"] = take(g + "ln_1.bias")
+            ours[o + "norm2.bias"] = take(g + "ln_2.bias")
+        for buffer in ("attn.bias", "attn.masked_bias"):  # old checkpoints' causal-mask buffers: not weights
+            if g + buffer in sd:
+                used.add(g + buffer)
+    ours["lm_head.weight"] = take("lm_head.weight") if "lm_head.weight" in sd else ours["token_embedding.weight"]
+    unknown = sorted(set(sd) - used)
+    if unknown:
+        shown = ", ".join(repr(k) for k in unknown[:5])
+        raise ValueError(f"state_dict has {len(unknown)} entries that are not GPT-2 weights, e.g. {shown}")
+    return {k: v.detach() for k, v in ours.items()}
+
+
+def load_gpt2_state_dict(path: str | os.PathLike[str]) -> dict[str, Tensor]:
+    """Read a GPT-2 checkpoint as Hugging Face stores it, from a folder or a single file, without any network.
+
+    A folder is what `save_pretrained` writes (and what a download of "openai-community/gpt2" holds):
+    `model.safetensors` (read with the `safetensors` package), a sharded `model.safetensors.index.json`,
+    or `pytorch_model.bin` (read with `torch.load(weights_only=True)`).
+
+    Returns:
+        the tensors by name, for `GPT.from_gpt2`.
+    """
+    path = Path(path)
+    if path.is_dir():
+        for name in ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin"):
+            if (path / name).is_file():
+                return load_gpt2_state_dict(path / name)
+        raise FileNotFoundError(f"{path} holds no model.safetensors, model.safetensors.index.json or pytorch_model.bin")
+    if not path.is_file():
+        raise FileNotFoundError(f"no such checkpoint file or folder: {path}")
+    if path.name.endswith(".index.json"):
+        weight_map = json.loads(path.read_text(encoding="utf-8"))["weight_map"]
+        tensors: dict[str, Tensor] = {}
+        for shard in sorted(set(weight_map.values())):
+            tensors.update(load_gpt2_state_dict(path.parent / shard))
+        return tensors
+    if path.suffix == ".safetensors":
+        try:
+            from safetensors.torch import load_file
+        except ImportError as error:  # pragma: no cover - depends on the environment
+            raise ImportError("reading .safetensors needs the safetensors package: pip install safetensors") from error
+        return load_file(str(path), device="cpu")
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(state, dict):
+        raise ValueError(f"{path} does not hold a state dict (got {type(state).__name__})")
+    return state
+
+
+def load_gpt2(path: str | os.PathLike[str], n_heads: int | None = None) -> GPT:
+    """A `GPT` from a Hugging Face GPT-2 folder (`save_pretrained`'s output, or a downloaded checkpoint).
+
+    The weights come from `load_gpt2_state_dict`; the number of heads from `n_heads` if given, else from the
+    folder's config.json ("n_head"), else GPT-2's 12. config.json is also checked for what this model cannot
+    represent (another activation than GELU's tanh approximation, another LayerNorm epsilon than 1e-5).
+    """
+    path = Path(path)
+    config_file = path / "config.json" if path.is_dir() else path.parent / "config.json"
+    hf_config: dict[str, Any] = {}
+    if config_file.is_file():
+        hf_config = json.loads(config_file.read_text(encoding="utf-8"))
+        activation = hf_config.get("activation_function", "gelu_new")
+        if activation not in ("gelu_new", "gelu_pytorch_tanh"):
+            raise ValueError(f"{config_file}: activation_function {activation!r} is not GELU's tanh approximation")
+        eps = hf_config.get("layer_norm_epsilon", 1e-5)
+        if eps != 1e-5:
+            raise ValueError(f"{config_file}: layer_norm_epsilon {eps} is not the 1e-5 this model uses")
+        if n_heads is not None and "n_head" in hf_config and hf_config["n_head"] != n_heads:
+            raise ValueError(f"n_heads={n_heads} disagrees with n_head={hf_config['n_head']} in {config_file}")
+    heads = n_heads if n_heads is not None else hf_config.get("n_head", 12)
+    return GPT.from_gpt2(load_gpt2_state_dict(path), n_heads=heads)
+
+
+def filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None = None) -> Tensor:
+    """Set to -inf every logit that top-k and then top-p (nucleus) filtering removes (chapter 10).
+
+    top_k: keep the k largest logits of each row (and any tied with the k-th). top_p: sort the remaining
+    tokens by probability, most likely first, and keep a token while the probabilities BEFORE it add up to
+    less than top_p: the smallest set whose total reaches top_p (never empty: the most likely token stays).
+
+    Shape:
+        logits (..., V) -> (..., V), the kept entries unchanged.
+    """
+    _check_sampling(1.0, top_k, top_p)
+    if top_k is not None and top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]  # (..., 1), the k-th largest
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p is not None and top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)  # (..., V)
+        probs = torch.softmax(sorted_logits, dim=-1)
+        before = torch.cumsum(probs, dim=-1) - probs  # (..., V), mass of the tokens ranked above each one
+        remove_sorted = before >= top_p
+        remove = remove_sorted.scatter(-1, order, remove_sorted)  # back to vocabulary order
+        logits = logits.masked_fill(remove, float("-inf"))
+    return logits
+
+
+def _sample(
+    logits: Tensor, temperature: float, top_k: int | None, top_p: float | None, generator: torch.Generator | None
+) -> Tensor:
+    """One token per row: greedy for temperature 0, else a draw from the filtered softmax. (B, V) -> (B, 1)."""
+    if temperature == 0:
+        return logits.argmax(dim=-1, keepdim=True)  # (B, 1)
+    probs = torch.softmax(filter_logits(logits / temperature, top_k, top_p), dim=-1)  # (B, V)
+    return torch.multinomial(probs, num_samples=1, generator=generator)  # (B, 1)
+
+
+def _check_sampling(temperature: object, top_k: object, top_p: object) -> None:
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature >= 0:
+        raise ValueError(f"temperature must be a number >= 0 (0 means greedy), got {temperature!r}")
+    if not math.isfinite(temperature):
+        raise ValueError(f"temperature must be finite, got {temperature!r}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(f"top_k must be None or an int >= 1, got {top_k!r}")
+    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0.0 < top_p <= 1.0):
+        raise ValueError(f"top_p must be None or a number in (0, 1], got {top_p!r}")
+
+
+def _cached_layer(layer: EncoderLayer, x: Tensor, mask: Tensor | None, cache: LayerCache) -> Tensor:
+    """`layer.forward(x, mask)` for a Pre-Norm `EncoderLayer`, with a KV cache (tested equal).
+
+    The keys and values of the new positions are appended to the cache; the queries of the new positions
+    attend to all of them. Shape: x (B, T, D), mask (T, cached + T) or None -> (B, T, D).
+    """
+    attention = layer.self_attn
+    norms = (layer.norm1, layer.norm2)
+    norm1, norm2 = norms if attention.record_weights else tuple(fast_norm(norm) for norm in norms)
+
+    def self_attention(h: Tensor) -> Tensor:
+        k, v = attention.project_kv(h, h)  # (B, H, T, d_k) each, the new positions
+        if cache.self_k is not None:
+            k = torch.cat([cache.self_k, k], dim=2)  # (B, H, cached + T, d_k)
+            v = torch.cat([cache.self_v, v], dim=2)
+        cache.self_k, cache.self_v = k, v
+        return attention.attend(h, k, v, mask)  # (B, T, D)
+
+    x = sublayer_connection(x, self_attention, norm1, layer.dropout1, layer.norm_first)
+    return sublayer_connection(x, layer.feed_forward, norm2, layer.dropout2, layer.norm_first)
+
+
+def _remove_biases(model: nn.Module) -> None:
+    """bias=False (nanoGPT's option): no bias in any Linear, and LayerNorms without beta.
+
+    The course's `LayerNorm` always adds its `bias`; here it becomes a constant zero buffer (not a
+    parameter, not saved), so the same modules serve both settings.
+    """
+    for module in model.modules():
+        if isinstance(module, nn.Linear):
+            module.bias = None
+        elif isinstance(module, LayerNorm):
+            zeros = torch.zeros_like(module.bias, requires_grad=False)
+            del module.bias
+            module.register_buffer("bias", zeros, persistent=False)
