@@ -173,7 +173,7 @@ def _check_train_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
     try:
         torch.device(args.device)
     except RuntimeError:
-        raise SystemExit(f"--device {args.device!r} is not a device PyTorch knows (cpu, cuda, cuda:1, mps)")
+        raise SystemExit(f"--device {args.device!r} is not a device PyTorch knows (cpu, cuda, cuda:1, mps)") from None
 
 
 def _evaluate(args: argparse.Namespace) -> int:

@@ -23,7 +23,7 @@ __all__ = [
 
 def _matrix(name: str, values: object, hint: str) -> np.ndarray:
     """`values` as a 2-D (T, S) numpy array, or a ValueError naming the argument."""
-    array = to_numpy(values)
+    array = to_numpy(values, name)
     if array.ndim != 2:
         raise ValueError(f"{name} must be a 2-D (T, S) matrix, got shape {array.shape}; {hint}")
     return array
@@ -67,6 +67,7 @@ def attention_heatmap(
         vmin=0.0,
         vmax=1.0,
         annotate=annotate,
+        label_names=("key_labels", "query_labels"),
     )
     return ax.figure
 
@@ -141,6 +142,7 @@ def mask_picture(
         vmin=0,
         vmax=1,
         colorbar=False,
+        label_names=("key_labels", "query_labels"),
     )
     # unlabelled axes count positions 0, 1, ... (never fractional ticks)
     if key_labels is None:

@@ -85,7 +85,22 @@ def training_curves(histories: object | Mapping[str, object], title: str = "") -
     """
     if not isinstance(histories, Mapping) or "loss" in histories:
         histories = {"run": histories}
-    runs = {name: (h if isinstance(h, Mapping) else h.to_dict()) for name, h in histories.items()}  # type: ignore[union-attr]
+    if not histories:
+        raise ValueError("histories must hold at least one run")
+    runs = {}
+    needed = ("step", "loss", "lr", "eval_step", "val_exact_match")
+    for name, h in histories.items():  # type: ignore[union-attr]
+        if hasattr(h, "to_dict"):
+            h = h.to_dict()
+        if not isinstance(h, Mapping):
+            raise TypeError(
+                f"histories must be a tl.training.History, its to_dict(), or {{name: history}}; "
+                f"run {name!r} is a {type(h).__name__}"
+            )
+        missing = [key for key in needed if key not in h]
+        if missing:
+            raise ValueError(f"histories: run {name!r} lacks {missing}; pass what tl.training.train returned")
+        runs[name] = h
     fig, axes = new_figure(1, 3, size=(12.0, 3.4))
     curves(
         axes[0, 0], {n: (h["step"], h["loss"]) for n, h in runs.items()}, "training loss", y_title="loss", log_y=True
