@@ -205,8 +205,11 @@ def check_tokens(name: str, tokens: object, vocab_size: int) -> None:
     check_token_tensors((name, tokens, vocab_size))
 
 
-def check_token_tensors(*items: tuple[str, object, int]) -> None:
-    """`check_tokens` for several (name, tokens, vocab_size) at once, with ONE read-back to the host for all."""
+def check_token_tensors(*items: tuple[str, object, int], device: torch.device | None = None) -> None:
+    """`check_tokens` for several (name, tokens, vocab_size) at once, with ONE read-back to the host for all.
+
+    With `device` (where the embedding is), tokens elsewhere are refused before anything is read back.
+    """
     extremes = []
     for name, tokens, _ in items:
         check_tensor(name, tokens)
@@ -214,6 +217,10 @@ def check_token_tensors(*items: tuple[str, object, int]) -> None:
         check_token_dtype(name, tokens)
         if tokens.dim() != 2:
             raise ValueError(f"{name} must have shape (batch, seq_len), got shape {tuple(tokens.shape)}")
+        if device is not None and tokens.device != device:
+            raise ValueError(
+                f"{name} is on {tokens.device} but the model is on {device}; move the ids with {name}.to({str(device)!r})"
+            )
         if tokens.numel() > 0:
             extremes += list(torch.aminmax(tokens))
     if not extremes:

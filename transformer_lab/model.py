@@ -198,7 +198,7 @@ class Transformer(nn.Module):
         """
         if not is_trusted():
             check_bool("check_masks", check_masks)
-            check_token_tensors(("tgt", tgt, self.config.tgt_vocab_size))
+            check_token_tensors(("tgt", tgt, self.config.tgt_vocab_size), device=self._device())
             self._check_decode(tgt, memory, src_mask, tgt_mask, cache, check_masks)
         with trusted():
             return self._decode(tgt, memory, src_mask, tgt_mask, cache)
@@ -221,7 +221,11 @@ class Transformer(nn.Module):
                 raise ValueError(
                     f"src and tgt must have the same batch size: src has B={src.shape[0]}, tgt has B={tgt.shape[0]}"
                 )
-            check_token_tensors(("src", src, self.config.src_vocab_size), ("tgt", tgt, self.config.tgt_vocab_size))
+            check_token_tensors(
+                ("src", src, self.config.src_vocab_size),
+                ("tgt", tgt, self.config.tgt_vocab_size),
+                device=self._device(),
+            )
             self._check_source(src, src_mask, check_masks, tokens_checked=True)
             self._check_target(tgt, tgt_mask, 0, check_masks)
         with trusted():
@@ -234,9 +238,12 @@ class Transformer(nn.Module):
 
     # ------------------------------------------------------------------ checks (once per public call)
 
+    def _device(self) -> torch.device:
+        return self.src_embed.embedding.weight.device
+
     def _check_source(self, src: Tensor, src_mask: object, check_masks: bool, tokens_checked: bool = False) -> None:
         if not tokens_checked:
-            check_token_tensors(("src", src, self.config.src_vocab_size))
+            check_token_tensors(("src", src, self.config.src_vocab_size), device=self._device())
         _check_not_empty("src", src)
         check_like_module("src", src, self.src_embed, dtype=False)  # same device as the model
         if src_mask is not None:

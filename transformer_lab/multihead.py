@@ -121,6 +121,9 @@ class MultiHeadAttention(nn.Module):
         """
         if mask is not None and not is_trusted():
             check_mask("mask", mask, (query.shape[0], self.n_heads, query.shape[1], k.shape[2]), device=query.device)
+        return self._attend(query, k, v, mask)
+
+    def _attend(self, query: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
         q = self.split_heads(self.w_q(query))  # (B, H, T, d_k)
         if self.record_weights:
             heads, weights = attention(q, k, v, mask, self.dropout)  # (B, H, T, d_k)
@@ -138,7 +141,7 @@ class MultiHeadAttention(nn.Module):
         if not self.record_weights and key is value:
             return self._fast_forward(query, key, mask)
         k, v = self.project_kv(key, value)  # (B, H, S, d_k) each
-        return self.attend(query, k, v, mask)
+        return self._attend(query, k, v, mask)
 
     def check_inputs(self, query: object, key: object, value: object, mask: object = None) -> None:
         """The checks of `forward`: float (B, T, D) / (B, S, D) tensors of this module's dtype and device,

@@ -133,8 +133,8 @@ def cross_attention_maps(
     if not maps:
         raise ValueError("maps must hold at least one (weights, source_labels, output_labels, title)")
     n_rows = -(-len(maps) // n_cols)
-    widest = max(to_numpy(m[0]).shape[1] for m in maps)
-    tallest = max(to_numpy(m[0]).shape[0] for m in maps)
+    widest = max(to_numpy(m[0], "maps weights").shape[1] for m in maps)
+    tallest = max(to_numpy(m[0], "maps weights").shape[0] for m in maps)
     fig, axes = new_figure(n_rows, n_cols, size=(n_cols * (0.3 * widest + 2.4), n_rows * (0.3 * tallest + 1.9)))
     for ax, (weights, src_labels, out_labels, name) in zip(axes.flat, maps, strict=False):
         attention_heatmap(weights, src_labels, out_labels, title=name, ax=ax, annotate=False)
