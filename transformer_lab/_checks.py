@@ -219,7 +219,8 @@ def check_token_tensors(*items: tuple[str, object, int], device: torch.device | 
             raise ValueError(f"{name} must have shape (batch, seq_len), got shape {tuple(tokens.shape)}")
         if device is not None and tokens.device != device:
             raise ValueError(
-                f"{name} is on {tokens.device} but the model is on {device}; move the ids with {name}.to({str(device)!r})"
+                f"{name} is on {tokens.device} but the model is on {device}; "
+                f"move the ids with {name}.to({str(device)!r})"
             )
         if tokens.numel() > 0:
             extremes += list(torch.aminmax(tokens))
