@@ -2,8 +2,42 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
-from torch import Tensor
+from torch import Tensor, nn
+
+#: Reduced-precision dtypes whose statistics and attention scores are computed in float32 (as PyTorch does).
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+
+_INTEGER_IDS = (torch.int64, torch.int32)
+
+# --------------------------------------------------------------------------- validation once per public call
+#
+# The outermost public call (a `Transformer.forward`, an `Encoder`, a layer called on its own ...) checks its
+# inputs, then runs its sub-layers inside `trusted()`: they see `is_trusted()` and skip their own checks, which
+# would only repeat the caller's. A layer called on its own (chapters 03 and 06 do) is not inside `trusted()`
+# and checks everything.
+
+_state = threading.local()
+
+
+def is_trusted() -> bool:
+    """True inside a public call that has already checked its inputs (its sub-layers skip their checks)."""
+    return getattr(_state, "trusted", False)
+
+
+@contextmanager
+def trusted() -> Iterator[None]:
+    """Run sub-layers without re-checking what the enclosing public call has checked."""
+    previous = getattr(_state, "trusted", False)
+    _state.trusted = True
+    try:
+        yield
+    finally:
+        _state.trusted = previous
 
 
 def check_tensor(name: str, value: object, *, min_dim: int | None = None, dim: int | None = None) -> None:
@@ -53,8 +87,10 @@ def check_probability(name: str, value: object) -> None:
         raise ValueError(f"{name} must be in [0, 1), got {value}")
 
 
-def check_mask(name: str, mask: object, target_shape: torch.Size | tuple[int, ...]) -> None:
-    """Raise unless `mask` is a bool tensor broadcastable to `target_shape`.
+def check_mask(
+    name: str, mask: object, target_shape: torch.Size | tuple[int, ...], device: torch.device | None = None
+) -> None:
+    """Raise unless `mask` is a bool tensor broadcastable to `target_shape` (and on `device`, if given).
 
     The library's convention is True = "may attend". A float mask (PyTorch's additive
     convention) or an int mask is refused rather than silently misread.
@@ -75,20 +111,202 @@ def check_mask(name: str, mask: object, target_shape: torch.Size | tuple[int, ..
     if broadcast != target:
         raise ValueError(
             f"{name} of shape {tuple(mask.shape)} cannot be broadcast to the attention scores' shape "
-            f"{target} (batch..., T queries, S keys); a padding mask is (B, 1, 1, S), a causal mask (T, T)"
+            f"{target} (batch..., T queries, S keys); a padding mask is (B, 1, 1, S) "
+            "(tl.padding_mask(tokens, pad_id)), a causal mask (T, T) (tl.causal_mask(T))"
+        )
+    if device is not None and mask.device != device:
+        raise ValueError(
+            f"{name} is on {mask.device} but the attention scores are on {device}; "
+            f"build the mask on the inputs' device or move it with {name}.to({str(device)!r})"
+        )
+
+
+# --------------------------------------------------------------------------- conventions that shape cannot tell
+
+
+def check_source_mask(name: str, mask: object, batch: int, length: int, device: torch.device | None = None) -> None:
+    """A model-level source mask must be one row per sequence: broadcastable to (B, 1, 1, S).
+
+    A (B, S) padding mask would broadcast as (T, S), one row per *query*, whenever B equals the
+    number of queries, and be silently misread; at the model's entry points it is refused.
+    """
+    if isinstance(mask, Tensor) and mask.dim() == 2 and mask.shape[0] != 1 and mask.dtype == torch.bool:
+        raise ValueError(
+            f"{name} of shape {tuple(mask.shape)} would be read as one row per query, not per sequence: a source "
+            f"mask is (B, 1, 1, S) = ({batch}, 1, 1, {length}); use tl.padding_mask(src, pad_id), or "
+            f"{name}[:, None, None, :] for a (B, S) mask"
+        )
+    check_mask(name, mask, (batch, 1, 1, length), device=device)
+
+
+def check_target_diagonal(name: str, mask: Tensor, length: int, start: int = 0) -> None:
+    """Refuse a target mask in which no query may see its own position (its diagonal is all blocked).
+
+    That is PyTorch's causal mask (True = blocked, `torch.triu(..., diagonal=1)`) passed where
+    True = may attend is expected: every query would see only the future. The caller has already
+    checked the shape: `mask` broadcasts to (..., length, start + length).
+    """
+    full = (
+        mask.expand(*mask.shape[:-2], length, start + length)
+        if mask.dim() >= 2
+        else mask.expand(length, start + length)
+    )
+    if not bool(torch.diagonal(full, offset=start, dim1=-2, dim2=-1).any()):
+        raise ValueError(
+            f"{name} blocks every position from seeing itself (its diagonal is all False): this looks like "
+            "PyTorch's convention (True = blocked), where this library's is True = may attend; pass "
+            f"tl.causal_mask(T) or tl.target_mask(tgt, pad_id), or tl.invert_mask({name}). If that is really "
+            "the mask you mean, pass check_masks=False"
+        )
+
+
+def check_source_not_inverted(name: str, mask: Tensor, tokens: Tensor) -> None:
+    """Refuse a source mask that is True exactly where the source holds one and the same token id
+    while the positions it blocks hold several different ids.
+
+    That is `(src == pad_id)` (or PyTorch's key_padding_mask, True = padded) where this library wants
+    True = real token: every query would attend to padding only. A right padding mask blocks one id
+    (the padding) and never trips the rule; when both sides hold a single id each the two conventions
+    cannot be told apart and nothing is raised. `mask` broadcasts to (B, 1, 1, S) (checked by the caller).
+    """
+    keep = mask.expand(tokens.shape[0], 1, 1, tokens.shape[1])[:, 0, 0, :]  # (B, S)
+    if bool(keep.all()) or not bool(keep.any()):
+        return
+    first = tokens[keep][0]
+    blocked = tokens[~keep]
+    if bool(torch.equal(keep, tokens == first)) and bool((blocked != blocked[0]).any()):
+        raise ValueError(
+            f"{name} is True exactly where the source holds token id {int(first)}: this looks like an inverted "
+            f"padding mask ((src == pad_id), or PyTorch's key_padding_mask, True = padded), where this library's "
+            f"is True = real token; pass tl.padding_mask(src, pad_id) or tl.invert_mask({name}). If every real "
+            "token of your batch really is that one id, pass check_masks=False"
+        )
+
+
+def check_token_dtype(name: str, tokens: Tensor) -> None:
+    """Raise TypeError unless `tokens` holds int64 or int32 ids (what `nn.Embedding` can index with)."""
+    if tokens.dtype not in _INTEGER_IDS:
+        if tokens.is_floating_point() or tokens.dtype == torch.bool:
+            raise TypeError(
+                f"{name} must be an integer tensor of token ids (torch.long), got dtype {tokens.dtype}; "
+                "token ids are whole numbers: build them with dtype=torch.long"
+            )
+        raise TypeError(
+            f"{name} must hold token ids as torch.long (or torch.int32), got dtype {tokens.dtype}; "
+            f"convert with {name}.long()"
         )
 
 
 def check_tokens(name: str, tokens: object, vocab_size: int) -> None:
-    """Raise unless `tokens` is a 2-D integer tensor of ids in [0, vocab_size)."""
-    check_tensor(name, tokens)
-    assert isinstance(tokens, Tensor)
-    if tokens.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
-        raise TypeError(f"{name} must be an integer tensor of token ids, got dtype {tokens.dtype}")
-    if tokens.dim() != 2:
-        raise ValueError(f"{name} must have shape (batch, seq_len), got shape {tuple(tokens.shape)}")
-    if tokens.numel() > 0:
-        low, high = int(tokens.min()), int(tokens.max())
+    """Raise unless `tokens` is a 2-D int64/int32 tensor of ids in [0, vocab_size).
+
+    The range check reads the smallest and largest id back to the host once (one sync on a GPU).
+    """
+    check_token_tensors((name, tokens, vocab_size))
+
+
+def check_token_tensors(*items: tuple[str, object, int], device: torch.device | None = None) -> None:
+    """`check_tokens` for several (name, tokens, vocab_size) at once, with ONE read-back to the host for all.
+
+    With `device` (where the embedding is), tokens elsewhere are refused before anything is read back.
+    """
+    extremes = []
+    for name, tokens, _ in items:
+        check_tensor(name, tokens)
+        assert isinstance(tokens, Tensor)
+        check_token_dtype(name, tokens)
+        if tokens.dim() != 2:
+            raise ValueError(f"{name} must have shape (batch, seq_len), got shape {tuple(tokens.shape)}")
+        if device is not None and tokens.device != device:
+            raise ValueError(
+                f"{name} is on {tokens.device} but the model is on {device}; "
+                f"move the ids with {name}.to({str(device)!r})"
+            )
+        if tokens.numel() > 0:
+            extremes += list(torch.aminmax(tokens))
+    if not extremes:
+        return
+    values = torch.stack([e.to(extremes[0].device, torch.int64) for e in extremes]).tolist()  # one sync
+    it = iter(values)
+    for name, tokens, vocab_size in items:
+        if tokens.numel() == 0:  # type: ignore[union-attr]
+            continue
+        low, high = next(it), next(it)
         if low < 0 or high >= vocab_size:
             bad = low if low < 0 else high
-            raise ValueError(f"{name} contains token id {bad}, outside the vocabulary [0, {vocab_size})")
+            raise ValueError(
+                f"{name} contains token id {bad}, outside the vocabulary [0, {vocab_size}); "
+                "check the tokenizer (or the config's vocabulary size)"
+            )
+
+
+def check_sequence(name: str, x: object, d_model: int) -> None:
+    """Raise unless `x` is a float (B, L, d_model) tensor."""
+    check_tensor(name, x, dim=3)
+    assert isinstance(x, Tensor)
+    check_float(name, x)
+    check_last_dim(name, x, d_model)
+
+
+def check_like_module(name: str, x: Tensor, module: nn.Module, dtype: bool = True) -> None:
+    """Raise unless `x` has the device (and, if `dtype`, the dtype) of `module`'s parameters (PyTorch would
+    fail deep inside with its own words). A module without parameters accepts anything.
+    """
+    param = next(module.parameters(), None)
+    if param is None:
+        return
+    if x.device != param.device:
+        raise ValueError(
+            f"{name} is on {x.device} but the {type(module).__name__}'s parameters are on {param.device}; "
+            f"move one to the other, e.g. {name}.to({str(param.device)!r}) or model.to({str(x.device)!r})"
+        )
+    if dtype and x.dtype != param.dtype:
+        raise TypeError(
+            f"{name} has dtype {x.dtype} but the {type(module).__name__}'s parameters are {param.dtype}; "
+            f"convert one to the other, e.g. {name}.to({param.dtype}) or model.to({x.dtype})"
+        )
+
+
+def check_same_device(name: str, value: Tensor, device: torch.device, other: str) -> None:
+    """Raise ValueError unless `value` is on `device` (where `other` is)."""
+    if value.device != device:
+        raise ValueError(
+            f"{name} is on {value.device} but {other} is on {device}; move it with {name}.to({other}.device)"
+        )
+
+
+def as_device(name: str, device: object) -> torch.device:
+    """`device` as a torch.device, or a ValueError naming the argument (e.g. "gpu" is not a device)."""
+    if isinstance(device, torch.device):
+        return device
+    if not isinstance(device, (str, int)) or isinstance(device, bool):
+        raise TypeError(f"{name} must be a torch.device or a string like 'cpu' or 'cuda', got {device!r}")
+    try:
+        return torch.device(device)
+    except (RuntimeError, ValueError):
+        raise ValueError(
+            f"{name}={device!r} is not a device PyTorch knows; use 'cpu', 'cuda', 'cuda:1' or 'mps'"
+        ) from None
+
+
+def check_int(name: str, value: object, low: int | None = None, high: int | None = None) -> None:
+    """Raise TypeError unless `value` is an int (not a bool), ValueError unless low <= value < high."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {value!r}")
+    if (low is not None and value < low) or (high is not None and value >= high):
+        bounds = f"[{low if low is not None else '-inf'}, {high if high is not None else 'inf'})"
+        raise ValueError(f"{name} must be an int in {bounds}, got {value}")
+
+
+def check_number(name: str, value: object, *, positive: bool = False, non_negative: bool = False) -> None:
+    """Raise TypeError unless `value` is a finite real number, ValueError unless its sign is as asked."""
+    import math
+
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number, got {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value}")
+    if positive and value <= 0:
+        raise ValueError(f"{name} must be > 0, got {value}")
+    if non_negative and value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value}")

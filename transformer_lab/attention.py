@@ -17,7 +17,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from transformer_lab._checks import check_mask, check_tensor
+from transformer_lab._checks import HALF_DTYPES, check_float, check_mask, check_tensor
 
 __all__ = ["scaled_dot_product_attention"]
 
@@ -44,6 +44,10 @@ def scaled_dot_product_attention(
             a zero output (never NaN).
         dropout: optional `nn.Dropout` applied to the weights before they mix the values.
 
+    In float16 and bfloat16 the scores, the softmax and the mixing are computed in float32 and the
+    results cast back (as PyTorch's own attention does): Q K^T of half-precision vectors overflows
+    float16's range (65504) long before the scaling by 1/sqrt(d_k) would bring it back.
+
     Shape:
         query (..., T, d_k), key (..., S, d_k), value (..., S, d_v), mask broadcastable to
         (..., T, S).
@@ -55,6 +59,7 @@ def scaled_dot_product_attention(
     check_tensor("query", query, min_dim=2)
     check_tensor("key", key, min_dim=2)
     check_tensor("value", value, min_dim=2)
+    check_float("query", query)
     if key.shape[-1] != query.shape[-1]:
         raise ValueError(
             f"key must have the same last dimension d_k as query: query has d_k={query.shape[-1]}, "
@@ -74,11 +79,30 @@ def scaled_dot_product_attention(
         ) from None
     if dropout is not None and not isinstance(dropout, nn.Module):
         raise TypeError(f"dropout must be an nn.Dropout module or None, got {type(dropout).__name__}")
+    for name, tensor in (("key", key), ("value", value)):
+        if tensor.dtype != query.dtype:
+            raise TypeError(
+                f"{name} must have the dtype of query, got {tensor.dtype} and {query.dtype}; convert one to the other"
+            )
+        if tensor.device != query.device:
+            raise ValueError(f"{name} is on {tensor.device} but query is on {query.device}; move it with .to()")
+    if mask is not None:
+        scores_shape = (*torch.broadcast_shapes(query.shape[:-2], key.shape[:-2]), query.shape[-2], key.shape[-2])
+        check_mask("mask", mask, scores_shape, device=query.device)
+    return attention(query, key, value, mask, dropout)
 
+
+def attention(
+    query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None, dropout: nn.Module | None = None
+) -> tuple[Tensor, Tensor]:
+    """`scaled_dot_product_attention` without its input checks, for callers that have made them
+    (`MultiHeadAttention`). Same arguments, shapes and results."""
+    dtype = query.dtype
+    if dtype in HALF_DTYPES:  # scores, softmax and mixing in float32, as PyTorch does
+        query, key, value = query.float(), key.float(), value.float()
     d_k = query.shape[-1]
     scores = query @ key.transpose(-2, -1) / math.sqrt(d_k)  # (..., T, S)
     if mask is not None:
-        check_mask("mask", mask, scores.shape)
         # -inf gives exactly zero weight to masked keys after the softmax.
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = torch.softmax(scores, dim=-1)  # (..., T, S)
@@ -87,4 +111,4 @@ def scaled_dot_product_attention(
         weights = weights.masked_fill(~mask, 0.0)
     mixed = dropout(weights) if dropout is not None else weights
     output = mixed @ value  # (..., T, S) @ (..., S, d_v) -> (..., T, d_v)
-    return output, weights
+    return output.to(dtype), weights.to(dtype)

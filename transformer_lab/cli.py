@@ -149,6 +149,33 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_train_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Everything that would otherwise fail after (or during) training, refused before it starts."""
+    for option in ("steps", "batch_size", "d_model", "n_heads", "d_ff", "n_layers", "warmup", "eval_every"):
+        value = getattr(args, option)
+        if value < 1:
+            raise SystemExit(f"--{option.replace('_', '-')} must be at least 1, got {value}")
+    if args.test_per_format < 1:
+        raise SystemExit(f"--test-per-format must be at least 1, got {args.test_per_format}")
+    if not args.lr_factor > 0:
+        raise SystemExit(f"--lr-factor must be > 0 (a negative factor climbs the loss), got {args.lr_factor}")
+    if not 0 <= args.smoothing < 1:
+        raise SystemExit(f"--smoothing must be in [0, 1), got {args.smoothing}")
+    if args.seed < 0:
+        raise SystemExit(f"--seed must be >= 0, got {args.seed}")
+    if args.d_model % args.n_heads:
+        raise SystemExit(f"--d-model ({args.d_model}) must be divisible by --n-heads ({args.n_heads})")
+    folder = os.path.dirname(args.out) or "."
+    if not os.path.isdir(folder):
+        raise SystemExit(f"--out {args.out}: the folder {folder} does not exist (create it before training)")
+    if not os.access(folder, os.W_OK):
+        raise SystemExit(f"--out {args.out}: the folder {folder} is not writable")
+    try:
+        torch.device(args.device)
+    except RuntimeError:
+        raise SystemExit(f"--device {args.device!r} is not a device PyTorch knows (cpu, cuda, cuda:1, mps)") from None
+
+
 def _evaluate(args: argparse.Namespace) -> int:
     model, tokenizer, task = load_trained(args.checkpoint)
     counts = exact_match_by_kind(model, test_examples(task, args.test_per_format), tokenizer, beam_size=args.beam_size)
@@ -158,9 +185,14 @@ def _evaluate(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line: `train` or `evaluate` (see `--help`). Returns the exit status."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if args.threads < 1:
         raise SystemExit("--threads must be at least 1")
+    if args.command == "train":
+        _check_train_args(parser, args)
+    elif args.beam_size is not None and args.beam_size < 1:
+        raise SystemExit(f"--beam-size must be at least 1, got {args.beam_size}")
     torch.set_num_threads(args.threads)
     if args.command == "train":
         if args.device.startswith("cuda") and not torch.cuda.is_available():

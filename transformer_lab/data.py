@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from transformer_lab._checks import check_positive_int
+from transformer_lab._checks import as_device, check_positive_int
 from transformer_lab.masking import padding_mask
 
 __all__ = [
@@ -421,13 +421,27 @@ def make_batch(
     device: torch.device | str = "cpu",
 ) -> Batch:
     """Encode and pad a list of examples (or (source, target) pairs) into a `Batch`."""
+    if isinstance(examples, str) or not isinstance(examples, Sequence):
+        raise TypeError(f"examples must be a list of Example or (source, target) pairs, got {type(examples).__name__}")
     if not examples:
         raise ValueError("examples must not be empty")
-    pairs = [(e.source, e.target) if isinstance(e, Example) else (e[0], e[1]) for e in examples]
+    if not isinstance(tokenizer, CharTokenizer):
+        raise TypeError(f"tokenizer must be a CharTokenizer, got {type(tokenizer).__name__}")
+    pairs = []
+    for e in examples:
+        if isinstance(e, Example):
+            pairs.append((e.source, e.target))
+        elif isinstance(e, (tuple, list)) and len(e) == 2 and all(isinstance(t, str) for t in e):
+            pairs.append((e[0], e[1]))
+        else:
+            raise TypeError(
+                f"examples must be Example objects or (source, target) pairs of strings, got an item {e!r}; "
+                "for sources alone use [(source, '') for source in sources]"
+            )
     src = _pad([tokenizer.encode(s) for s, _ in pairs], tokenizer.pad_id)  # (B, S)
     tgt_in = _pad([tokenizer.encode(t, add_bos=True) for _, t in pairs], tokenizer.pad_id)  # (B, T)
     tgt_out = _pad([tokenizer.encode(t, add_eos=True) for _, t in pairs], tokenizer.pad_id)  # (B, T)
-    return Batch(src, tgt_in, tgt_out, padding_mask(src, tokenizer.pad_id)).to(device)
+    return Batch(src, tgt_in, tgt_out, padding_mask(src, tokenizer.pad_id)).to(as_device("device", device))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -13,14 +13,21 @@ Shape legend: B batch, T target length, S source length, D d_model, H heads, d_k
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
 
-from transformer_lab._checks import check_bool, check_mask, check_positive_int
-from transformer_lab.encoder import check_sequence, fast_norm
+from transformer_lab._checks import (
+    check_bool,
+    check_like_module,
+    check_mask,
+    check_positive_int,
+    check_sequence,
+    check_tensor,
+    is_trusted,
+    trusted,
+)
 from transformer_lab.feedforward import FeedForward
 from transformer_lab.multihead import MultiHeadAttention
 from transformer_lab.normalization import LayerNorm
@@ -38,29 +45,91 @@ class LayerCache:
     cross_k: Tensor | None = None
     cross_v: Tensor | None = None
 
+    def check(self, batch: int, n_heads: int, d_k: int, name: str = "cache") -> None:
+        """Raise ValueError unless the cached keys and values are (batch, n_heads, ., d_k)."""
+        for key in ("self_k", "cross_k"):
+            value = getattr(self, key)
+            if value is None:
+                continue
+            if value.shape[0] != batch:
+                raise ValueError(
+                    f"{name} holds keys and values for a batch of {value.shape[0]}, the input has {batch} rows; "
+                    "start a new cache (model.new_cache()) for a new batch, or select rows with cache.reorder(index)"
+                )
+            if value.shape[1] != n_heads or value.shape[3] != d_k:
+                raise ValueError(
+                    f"{name} holds keys of shape {tuple(value.shape)}, not (B, H={n_heads}, length, d_k={d_k}): "
+                    "it was filled by another model; start a new cache with model.new_cache()"
+                )
+
 
 @dataclass
 class DecoderCache:
     """The KV cache of a whole decoder (chapter 09, issue: incremental decoding).
 
     `length` is the number of target positions already processed; `Transformer.decode` uses it
-    to place the positional encoding and the causal mask of the new tokens.
+    to place the positional encoding and the causal mask of the new tokens. `memory` is the encoder
+    output the cross-attention keys and values were projected from: a later step given another
+    memory is refused (the cached keys would silently belong to the first source).
     """
 
     layers: list[LayerCache] = field(default_factory=list)
     length: int = 0
+    memory: Tensor | None = None
 
     @classmethod
     def empty(cls, n_layers: int) -> DecoderCache:
+        check_positive_int("n_layers", n_layers)
         return cls([LayerCache() for _ in range(n_layers)], 0)
 
+    @property
+    def batch_size(self) -> int | None:
+        """The number of rows the cache holds, or None while it is empty."""
+        for layer in self.layers:
+            for value in (layer.self_k, layer.cross_k):
+                if value is not None:
+                    return value.shape[0]
+        return None
+
+    def check_memory(self, memory: Tensor) -> None:
+        """Raise ValueError if the cache was filled from another memory than `memory`; remember it otherwise.
+
+        The same tensor object costs nothing; another tensor (e.g. rows repeated for a beam search after
+        `reorder`) is compared by value once, then remembered.
+        """
+        if self.memory is None or self.memory is memory:
+            self.memory = memory
+            return
+        if self.memory.shape != memory.shape or not torch.equal(self.memory, memory):
+            raise ValueError(
+                "memory is not the memory this cache was filled from: its cross-attention keys and values "
+                "belong to another source; start a new cache (model.new_cache()) for a new source"
+            )
+        self.memory = memory
+
     def reorder(self, index: Tensor) -> None:
-        """Keep batch rows `index` (in that order), e.g. the surviving hypotheses of a beam search."""
+        """Keep batch rows `index` (in that order), e.g. the surviving hypotheses of a beam search.
+
+        Args:
+            index: 1-D integer tensor of row numbers in [0, B), repeats allowed.
+        """
+        check_tensor("index", index, dim=1)
+        if index.dtype not in (torch.int64, torch.int32):
+            raise TypeError(f"index must be an integer tensor of row numbers (torch.long), got dtype {index.dtype}")
+        batch = self.batch_size
+        if batch is not None and index.numel() > 0:
+            low, high = torch.stack(torch.aminmax(index)).tolist()
+            if low < 0 or high >= batch:
+                raise ValueError(
+                    f"index must hold row numbers in [0, {batch}) (the cache's batch), got {low if low < 0 else high}"
+                )
         for layer in self.layers:
             for name in ("self_k", "self_v", "cross_k", "cross_v"):
                 value = getattr(layer, name)
                 if value is not None:
-                    setattr(layer, name, value.index_select(0, index))
+                    setattr(layer, name, value.index_select(0, index.to(value.device)))
+        if self.memory is not None:
+            self.memory = self.memory.index_select(0, index.to(self.memory.device))
 
 
 class DecoderLayer(nn.Module):
@@ -106,49 +175,20 @@ class DecoderLayer(nn.Module):
         memory_mask: Tensor | None = None,
         cache: LayerCache | None = None,
     ) -> Tensor:
-        self._check_inputs(x, memory, tgt_mask, memory_mask, cache)
-        norm1, norm2, norm3 = self._norms()
-        x = sublayer_connection(
-            x, lambda h: self._self_attention(h, tgt_mask, cache), norm1, self.dropout1, self.norm_first
-        )
-        x = sublayer_connection(
-            x,
-            lambda h: self._cross_attention(h, memory, memory_mask, cache),
-            norm2,
-            self.dropout2,
-            self.norm_first,
-        )
-        return sublayer_connection(x, self.feed_forward, norm3, self.dropout3, self.norm_first)
-
-    def _check_inputs(
-        self,
-        x: Tensor,
-        memory: Tensor,
-        tgt_mask: Tensor | None,
-        memory_mask: Tensor | None,
-        cache: LayerCache | None,
-    ) -> None:
-        """Clear errors for wrong shapes, named after the caller's arguments."""
-        check_sequence("x", x, self.d_model)
-        check_sequence("memory", memory, self.d_model)
-        if memory.shape[0] != x.shape[0]:
-            raise ValueError(
-                f"memory must have the same batch size as x: x has B={x.shape[0]}, memory has B={memory.shape[0]}"
+        if not is_trusted():  # called on its own: check here, then let the sublayers trust the inputs
+            check_decoder_inputs(self, x, memory, tgt_mask, memory_mask, cache)
+        with trusted():
+            x = sublayer_connection(
+                x, lambda h: self._self_attention(h, tgt_mask, cache), self.norm1, self.dropout1, self.norm_first
             )
-        batch, length, heads = x.shape[0], x.shape[1], self.self_attn.n_heads
-        if tgt_mask is not None:
-            cached = cache.self_k.shape[2] if cache is not None and cache.self_k is not None else 0
-            check_mask("tgt_mask", tgt_mask, (batch, heads, length, cached + length))
-        if memory_mask is not None:
-            check_mask("memory_mask", memory_mask, (batch, heads, length, memory.shape[1]))
-
-    def _norms(self) -> tuple[Callable[[Tensor], Tensor], ...]:
-        """norm1, norm2, norm3; on the fast path (`record_attention(model, False)`) they run as
-        PyTorch's fused `F.layer_norm` with the same parameters (see `fast_norm`)."""
-        norms = (self.norm1, self.norm2, self.norm3)
-        if self.self_attn.record_weights:
-            return norms
-        return tuple(fast_norm(norm) for norm in norms)
+            x = sublayer_connection(
+                x,
+                lambda h: self._cross_attention(h, memory, memory_mask, cache),
+                self.norm2,
+                self.dropout2,
+                self.norm_first,
+            )
+            return sublayer_connection(x, self.feed_forward, self.norm3, self.dropout3, self.norm_first)
 
     def _self_attention(self, h: Tensor, mask: Tensor | None, cache: LayerCache | None) -> Tensor:
         if cache is None:
@@ -201,11 +241,58 @@ class Decoder(nn.Module):
         memory_mask: Tensor | None = None,
         cache: DecoderCache | None = None,
     ) -> Tensor:
-        if cache is not None and len(cache.layers) != len(self.layers):
-            raise ValueError(f"cache has {len(cache.layers)} layers, the decoder has {len(self.layers)}")
-        for i, layer in enumerate(self.layers):
-            x = layer(x, memory, tgt_mask, memory_mask, cache.layers[i] if cache is not None else None)
-        if cache is not None:
-            cache.length += x.shape[1]
-        fast = not self.layers[-1].self_attn.record_weights
-        return fast_norm(self.norm)(x) if fast else self.norm(x)
+        if not is_trusted():
+            check_decoder_inputs(self, x, memory, tgt_mask, memory_mask, cache)
+        with trusted():
+            for i, layer in enumerate(self.layers):
+                x = layer(x, memory, tgt_mask, memory_mask, cache.layers[i] if cache is not None else None)
+            if cache is not None:
+                cache.length += x.shape[1]
+            return self.norm(x)
+
+
+def check_decoder_inputs(
+    module: DecoderLayer | Decoder,
+    x: object,
+    memory: object,
+    tgt_mask: object,
+    memory_mask: object,
+    cache: object,
+) -> None:
+    """The checks of a decoder layer or stack, with errors named after the caller's arguments: x (B, T, D)
+    and memory (B, S, D) float tensors of the module's dtype and device, masks broadcastable to (B, H, T,
+    cached + T) and (B, H, T, S), and a cache of the right kind, batch and source."""
+    layer = module if isinstance(module, DecoderLayer) else module.layers[0]
+    check_sequence("x", x, layer.d_model)
+    check_sequence("memory", memory, layer.d_model)
+    assert isinstance(x, Tensor) and isinstance(memory, Tensor)
+    check_like_module("x", x, module)
+    check_like_module("memory", memory, module)
+    if memory.shape[0] != x.shape[0]:
+        raise ValueError(
+            f"memory must have the same batch size as x: x has B={x.shape[0]}, memory has B={memory.shape[0]}"
+        )
+    batch, length, heads = x.shape[0], x.shape[1], layer.self_attn.n_heads
+    cached = 0
+    if cache is not None:
+        kind = LayerCache if isinstance(module, DecoderLayer) else DecoderCache
+        if not isinstance(cache, kind):
+            raise TypeError(f"cache must be a {kind.__name__} or None, got {type(cache).__name__}")
+        if isinstance(cache, DecoderCache):
+            if len(cache.layers) != len(module.layers):  # type: ignore[union-attr]
+                raise ValueError(
+                    f"cache has {len(cache.layers)} layers, the decoder has {len(module.layers)}"  # type: ignore[union-attr]
+                )
+            layer_caches = cache.layers
+        else:
+            layer_caches = [cache]
+        for layer_cache in layer_caches:
+            layer_cache.check(batch, heads, layer.self_attn.d_k)
+        if isinstance(cache, DecoderCache):
+            cache.check_memory(memory)
+        first = layer_caches[0]
+        cached = first.self_k.shape[2] if first.self_k is not None else 0
+    if tgt_mask is not None:
+        check_mask("tgt_mask", tgt_mask, (batch, heads, length, cached + length), device=x.device)
+    if memory_mask is not None:
+        check_mask("memory_mask", memory_mask, (batch, heads, length, memory.shape[1]), device=x.device)

@@ -25,7 +25,7 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor, nn
 
-from transformer_lab._checks import check_mask, check_positive_int, check_tokens
+from transformer_lab._checks import check_positive_int, check_source_mask, check_tokens
 from transformer_lab.decoder import DecoderCache
 
 __all__ = ["greedy_decode", "beam_search"]
@@ -65,7 +65,7 @@ def _check_arguments(
     if src.shape[0] == 0 or src.shape[1] == 0:
         raise ValueError(f"src must hold at least one token per row and one row, got shape {tuple(src.shape)}")
     if src_mask is not None:
-        check_mask("src_mask", src_mask, (src.shape[0], 1, 1, src.shape[1]))
+        check_source_mask("src_mask", src_mask, src.shape[0], src.shape[1], device=src.device)
     for name, value in (("bos_id", bos_id), ("eos_id", eos_id), ("pad_id", pad_id)):
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"{name} must be an int token id, got {value!r}")

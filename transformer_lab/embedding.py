@@ -25,6 +25,7 @@ from transformer_lab._checks import (
     check_probability,
     check_tensor,
     check_tokens,
+    is_trusted,
 )
 
 __all__ = ["TokenEmbedding", "PositionalEncoding", "sinusoidal_encoding"]
@@ -46,7 +47,13 @@ class TokenEmbedding(nn.Module):
         self.embedding = nn.Embedding(vocab_size, d_model)  # the table, (V, D)
 
     def forward(self, tokens: Tensor) -> Tensor:
-        check_tokens("tokens", tokens, self.vocab_size)
+        if not is_trusted():  # a model's public call has checked the ids already
+            check_tokens("tokens", tokens, self.vocab_size)
+            if tokens.device != self.embedding.weight.device:
+                raise ValueError(
+                    f"tokens are on {tokens.device} but the embedding is on {self.embedding.weight.device}; "
+                    "move one to the other with .to()"
+                )
         return self.embedding(tokens) * math.sqrt(self.d_model)  # (B, L, D)
 
 
@@ -84,15 +91,22 @@ class PositionalEncoding(nn.Module):
     def __init__(self, d_model: int, max_len: int = 5000, dropout: float = 0.0) -> None:
         super().__init__()
         check_probability("dropout", dropout)
+        check_positive_int("d_model", d_model)
+        check_positive_int("max_len", max_len)
         self.d_model = d_model
         self.max_len = max_len
         self.dropout = nn.Dropout(dropout)
         self.register_buffer("pe", sinusoidal_encoding(max_len, d_model))  # (max_len, D)
 
     def forward(self, x: Tensor, start: int = 0) -> Tensor:
-        check_tensor("x", x, dim=3)
-        check_float("x", x)
-        check_last_dim("x", x, self.d_model)
+        if not is_trusted():
+            check_tensor("x", x, dim=3)
+            check_float("x", x)
+            check_last_dim("x", x, self.d_model)
+            if x.device != self.pe.device:
+                raise ValueError(
+                    f"x is on {x.device} but the encoding table is on {self.pe.device}; move one with .to()"
+                )
         length = x.shape[1]
         if isinstance(start, bool) or not isinstance(start, int):
             raise TypeError(f"start must be an int (the position of x's first vector), got {start!r}")

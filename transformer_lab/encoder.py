@@ -8,13 +8,17 @@ Shape legend: B batch, S source length, D d_model, H heads.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import partial
-
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer_lab._checks import check_bool, check_float, check_last_dim, check_positive_int, check_tensor
+from transformer_lab._checks import (
+    check_bool,
+    check_like_module,
+    check_mask,
+    check_positive_int,
+    check_sequence,
+    is_trusted,
+    trusted,
+)
 from transformer_lab.feedforward import FeedForward
 from transformer_lab.multihead import MultiHeadAttention
 from transformer_lab.normalization import LayerNorm
@@ -23,24 +27,14 @@ from transformer_lab.residual import sublayer_connection
 __all__ = ["EncoderLayer", "Encoder"]
 
 
-def check_sequence(name: str, x: object, d_model: int) -> None:
-    """Raise unless `x` is a float (B, L, d_model) tensor."""
-    check_tensor(name, x, dim=3)
+def check_encoder_inputs(module: nn.Module, x: object, mask: object, n_heads: int, d_model: int) -> None:
+    """The checks of an encoder layer or stack: x a float (B, S, D) tensor of the module's dtype and
+    device, mask None or a bool tensor broadcastable to (B, H, S, S) on x's device."""
+    check_sequence("x", x, d_model)
     assert isinstance(x, Tensor)
-    check_float(name, x)
-    check_last_dim(name, x, d_model)
-
-
-def fast_norm(norm: nn.Module) -> Callable[[Tensor], Tensor]:
-    """The fast path's LayerNorm (performance only): PyTorch's fused `F.layer_norm` with the
-    parameters of our `LayerNorm`, which computes the same thing in several separate kernels.
-
-    Layers use it when their attention is on the fast path (`record_weights=False`, see
-    `record_attention`); tested equal to the explicit path. Any other norm is returned as is.
-    """
-    if type(norm) is not LayerNorm:
-        return norm
-    return partial(F.layer_norm, normalized_shape=(norm.d_model,), weight=norm.weight, bias=norm.bias, eps=norm.eps)
+    check_like_module("x", x, module)
+    if mask is not None:
+        check_mask("mask", mask, (x.shape[0], n_heads, x.shape[1], x.shape[1]), device=x.device)
 
 
 class EncoderLayer(nn.Module):
@@ -83,18 +77,13 @@ class EncoderLayer(nn.Module):
         self.dropout2 = nn.Dropout(dropout)
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
-        check_sequence("x", x, self.d_model)
-        norm1, norm2 = self._norms()
-        x = sublayer_connection(x, lambda h: self.self_attn(h, h, h, mask), norm1, self.dropout1, self.norm_first)
-        return sublayer_connection(x, self.feed_forward, norm2, self.dropout2, self.norm_first)
-
-    def _norms(self) -> tuple[Callable[[Tensor], Tensor], ...]:
-        """norm1, norm2; on the fast path (`record_attention(model, False)`) they run as PyTorch's
-        fused `F.layer_norm` with the same parameters (see `fast_norm`)."""
-        norms = (self.norm1, self.norm2)
-        if self.self_attn.record_weights:
-            return norms
-        return tuple(fast_norm(norm) for norm in norms)
+        if not is_trusted():  # called on its own: check here, then let the sublayers trust the inputs
+            check_encoder_inputs(self, x, mask, self.self_attn.n_heads, self.d_model)
+        with trusted():
+            x = sublayer_connection(
+                x, lambda h: self.self_attn(h, h, h, mask), self.norm1, self.dropout1, self.norm_first
+            )
+            return sublayer_connection(x, self.feed_forward, self.norm2, self.dropout2, self.norm_first)
 
 
 class Encoder(nn.Module):
@@ -126,7 +115,10 @@ class Encoder(nn.Module):
         self.norm: nn.Module = LayerNorm(d_model, eps) if norm_first else nn.Identity()
 
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
-        for layer in self.layers:
-            x = layer(x, mask)
-        fast = not self.layers[-1].self_attn.record_weights
-        return fast_norm(self.norm)(x) if fast else self.norm(x)
+        if not is_trusted():
+            first = self.layers[0]
+            check_encoder_inputs(self, x, mask, first.self_attn.n_heads, first.d_model)
+        with trusted():
+            for layer in self.layers:
+                x = layer(x, mask)
+            return self.norm(x)

@@ -17,7 +17,15 @@ from functools import partial
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer_lab._checks import check_float, check_last_dim, check_positive_int, check_probability, check_tensor
+from transformer_lab._checks import (
+    check_float,
+    check_last_dim,
+    check_like_module,
+    check_positive_int,
+    check_probability,
+    check_tensor,
+    is_trusted,
+)
 
 __all__ = ["FeedForward"]
 
@@ -54,8 +62,10 @@ class FeedForward(nn.Module):
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
-        check_tensor("x", x, min_dim=1)
-        check_float("x", x)
-        check_last_dim("x", x, self.d_model)
+        if not is_trusted():  # inside a layer that has checked x, not again
+            check_tensor("x", x, min_dim=1)
+            check_float("x", x)
+            check_last_dim("x", x, self.d_model)
+            check_like_module("x", x, self)
         hidden = _ACTIVATIONS[self.activation](self.w1(x))  # (..., F)
         return self.w2(self.dropout(hidden))  # (..., D)

@@ -39,7 +39,7 @@ from torch import Tensor, nn
 from transformer_lab._checks import check_bool, check_positive_int, check_probability, check_tokens
 from transformer_lab.decoder import DecoderCache, LayerCache
 from transformer_lab.embedding import LearnedPositionalEmbedding
-from transformer_lab.encoder import EncoderLayer, fast_norm
+from transformer_lab.encoder import EncoderLayer
 from transformer_lab.feedforward import _ACTIVATIONS
 from transformer_lab.masking import causal_mask
 from transformer_lab.normalization import LayerNorm
@@ -199,8 +199,7 @@ class GPT(nn.Module):
             x = layer(x, mask) if cache is None else _cached_layer(layer, x, mask, cache.layers[i])  # (B, T, D)
         if cache is not None:
             cache.length += length
-        fast = not self.layers[-1].self_attn.record_weights
-        x = fast_norm(self.norm)(x) if fast else self.norm(x)  # (B, T, D)
+        x = self.norm(x)  # (B, T, D); fused or term by term as `tl.record_attention` set it
         return self.lm_head(x)  # (B, T, V)
 
     def _check_idx(self, idx: object, cache: DecoderCache | None) -> int:
@@ -545,8 +544,7 @@ def _cached_layer(layer: EncoderLayer, x: Tensor, mask: Tensor | None, cache: La
     attend to all of them. Shape: x (B, T, D), mask (T, cached + T) or None -> (B, T, D).
     """
     attention = layer.self_attn
-    norms = (layer.norm1, layer.norm2)
-    norm1, norm2 = norms if attention.record_weights else tuple(fast_norm(norm) for norm in norms)
+    norm1, norm2 = layer.norm1, layer.norm2  # each computes fused or term by term as its own flag says
 
     def self_attention(h: Tensor) -> Tensor:
         k, v = attention.project_kv(h, h)  # (B, H, T, d_k) each, the new positions

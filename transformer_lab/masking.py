@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from transformer_lab._checks import check_positive_int, check_tensor
+from transformer_lab._checks import as_device, check_positive_int, check_tensor
 
 __all__ = [
     "causal_mask",
@@ -35,6 +35,8 @@ def causal_mask(size: int, device: torch.device | str | None = None) -> Tensor:
         (size, size), broadcastable to (B, H, T, T).
     """
     check_positive_int("size", size)
+    if device is not None:
+        device = as_device("device", device)
     return torch.ones(size, size, dtype=torch.bool, device=device).tril()  # (T, T)
 
 

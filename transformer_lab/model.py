@@ -10,16 +10,32 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import pickle
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from transformer_lab._checks import check_mask, check_positive_int, check_probability, check_tensor, check_tokens
+from transformer_lab._checks import (
+    as_device,
+    check_bool,
+    check_like_module,
+    check_mask,
+    check_positive_int,
+    check_probability,
+    check_sequence,
+    check_source_mask,
+    check_source_not_inverted,
+    check_target_diagonal,
+    check_tensor,
+    check_token_tensors,
+    is_trusted,
+    trusted,
+)
 from transformer_lab.decoder import Decoder, DecoderCache
 from transformer_lab.embedding import PositionalEncoding, TokenEmbedding
-from transformer_lab.encoder import Encoder, check_sequence
+from transformer_lab.encoder import Encoder
 from transformer_lab.feedforward import FeedForward
 from transformer_lab.masking import causal_mask
 from transformer_lab.multihead import MultiHeadAttention
@@ -139,13 +155,25 @@ class Transformer(nn.Module):
         for embed in (self.src_embed, self.tgt_embed):
             nn.init.normal_(embed.embedding.weight, mean=0.0, std=self.config.d_model**-0.5)
 
-    def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Tensor:
-        """Source token ids (B, S) -> memory (B, S, D)."""
-        _check_model_tokens("src", src, self.config.src_vocab_size)
-        if src_mask is not None:
-            check_mask("src_mask", src_mask, (src.shape[0], self.config.n_heads, src.shape[1], src.shape[1]))
-        x = self.positional(self.src_embed(src))  # (B, S, D)
-        return self.encoder(x, src_mask)
+    # The public entry points check everything once (masks' conventions included, see `check_masks`), then
+    # run the layers inside `trusted()`, where they do not check again.
+
+    def encode(self, src: Tensor, src_mask: Tensor | None = None, *, check_masks: bool = True) -> Tensor:
+        """Source token ids (B, S) -> memory (B, S, D).
+
+        Args:
+            src: source token ids (int64 or int32).
+            src_mask: None, or a bool mask broadcastable to (B, 1, 1, S), True = real token
+                (`tl.padding_mask(src, pad_id)`).
+            check_masks: refuse a src_mask that is True exactly where src holds one and the same token id,
+                which is what an inverted padding mask `(src == pad_id)` looks like. Pass False if your
+                batch's real tokens really are all one id.
+        """
+        if not is_trusted():
+            check_bool("check_masks", check_masks)
+            self._check_source(src, src_mask, check_masks)
+        with trusted():
+            return self._encode(src, src_mask)
 
     def decode(
         self,
@@ -154,54 +182,145 @@ class Transformer(nn.Module):
         src_mask: Tensor | None = None,
         tgt_mask: Tensor | None = None,
         cache: DecoderCache | None = None,
+        *,
+        check_masks: bool = True,
     ) -> Tensor:
         """Target token ids (B, T) and memory (B, S, D) -> logits (B, T, V).
 
         `tgt_mask=None` means the causal mask. With a `cache` (see `new_cache`), `tgt` holds only
-        the new tokens, placed after the `cache.length` tokens already decoded.
+        the new tokens, placed after the `cache.length` tokens already decoded; the cache must come from
+        this model, the same batch and the same memory.
+
+        Args:
+            check_masks: refuse a tgt_mask in which no position may see itself (all of its diagonal blocked),
+                which is what PyTorch's causal mask (True = blocked) looks like here. Pass False to use such a
+                mask on purpose.
         """
-        _check_model_tokens("tgt", tgt, self.config.tgt_vocab_size)
-        check_sequence("memory", memory, self.config.d_model)
-        if memory.shape[0] != tgt.shape[0]:
-            raise ValueError(
-                "tgt and memory must have the same batch size: "
-                f"tgt has B={tgt.shape[0]}, memory has B={memory.shape[0]}"
-            )
-        start = cache.length if cache is not None else 0
-        length = tgt.shape[1]
-        if tgt_mask is None:
-            tgt_mask = causal_mask(start + length, device=tgt.device)[start:]  # (T, start + T)
-        batch, heads = tgt.shape[0], self.config.n_heads
-        check_mask("tgt_mask", tgt_mask, (batch, heads, length, start + length))
-        if src_mask is not None:
-            check_mask("src_mask", src_mask, (batch, heads, length, memory.shape[1]))
-        x = self.positional(self.tgt_embed(tgt), start=start)  # (B, T, D)
-        x = self.decoder(x, memory, tgt_mask, src_mask, cache)  # (B, T, D)
-        return self.generator(x)  # (B, T, V)
+        if not is_trusted():
+            check_bool("check_masks", check_masks)
+            check_token_tensors(("tgt", tgt, self.config.tgt_vocab_size), device=self._device())
+            self._check_decode(tgt, memory, src_mask, tgt_mask, cache, check_masks)
+        with trusted():
+            return self._decode(tgt, memory, src_mask, tgt_mask, cache)
 
     def forward(
-        self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None, tgt_mask: Tensor | None = None
+        self,
+        src: Tensor,
+        tgt: Tensor,
+        src_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+        *,
+        check_masks: bool = True,
     ) -> Tensor:
-        """Teacher-forced logits: src (B, S), tgt (B, T) -> (B, T, V)."""
-        # Shapes first (cheap); encode and decode check the token ids themselves.
-        check_tensor("src", src, dim=2)
-        check_tensor("tgt", tgt, dim=2)
-        if src.shape[0] != tgt.shape[0]:
-            raise ValueError(
-                f"src and tgt must have the same batch size: src has B={src.shape[0]}, tgt has B={tgt.shape[0]}"
+        """Teacher-forced logits: src (B, S), tgt (B, T) -> (B, T, V). `check_masks` as in `encode` and `decode`."""
+        if not is_trusted():
+            check_bool("check_masks", check_masks)
+            check_tensor("src", src, dim=2)
+            check_tensor("tgt", tgt, dim=2)
+            if src.shape[0] != tgt.shape[0]:
+                raise ValueError(
+                    f"src and tgt must have the same batch size: src has B={src.shape[0]}, tgt has B={tgt.shape[0]}"
+                )
+            check_token_tensors(
+                ("src", src, self.config.src_vocab_size),
+                ("tgt", tgt, self.config.tgt_vocab_size),
+                device=self._device(),
             )
-        memory = self.encode(src, src_mask)
-        return self.decode(tgt, memory, src_mask, tgt_mask)
+            self._check_source(src, src_mask, check_masks, tokens_checked=True)
+            self._check_target(tgt, tgt_mask, 0, check_masks)
+        with trusted():
+            memory = self._encode(src, src_mask)
+            return self._decode(tgt, memory, src_mask, tgt_mask, None)
 
     def new_cache(self) -> DecoderCache:
         """An empty KV cache for incremental decoding with `decode(..., cache=...)`."""
         return DecoderCache.empty(self.config.n_layers)
 
+    # ------------------------------------------------------------------ checks (once per public call)
 
-def _check_model_tokens(name: str, tokens: object, vocab_size: int) -> None:
-    """Token ids as `check_tokens` wants them, and at least one position (an empty sequence has nothing to attend)."""
-    check_tokens(name, tokens, vocab_size)
-    assert isinstance(tokens, Tensor)
+    def _device(self) -> torch.device:
+        return self.src_embed.embedding.weight.device
+
+    def _check_source(self, src: Tensor, src_mask: object, check_masks: bool, tokens_checked: bool = False) -> None:
+        if not tokens_checked:
+            check_token_tensors(("src", src, self.config.src_vocab_size), device=self._device())
+        _check_not_empty("src", src)
+        check_like_module("src", src, self.src_embed, dtype=False)  # same device as the model
+        if src_mask is not None:
+            check_source_mask("src_mask", src_mask, src.shape[0], src.shape[1], device=src.device)
+            assert isinstance(src_mask, Tensor)
+            if check_masks:
+                check_source_not_inverted("src_mask", src_mask, src)
+
+    def _check_target(self, tgt: Tensor, tgt_mask: object, start: int, check_masks: bool) -> None:
+        _check_not_empty("tgt", tgt)
+        check_like_module("tgt", tgt, self.tgt_embed, dtype=False)
+        if tgt_mask is not None:
+            batch, length = tgt.shape
+            check_mask("tgt_mask", tgt_mask, (batch, self.config.n_heads, length, start + length), device=tgt.device)
+            assert isinstance(tgt_mask, Tensor)
+            if check_masks:
+                check_target_diagonal("tgt_mask", tgt_mask, length, start)
+
+    def _check_decode(
+        self,
+        tgt: Tensor,
+        memory: object,
+        src_mask: object,
+        tgt_mask: object,
+        cache: object,
+        check_masks: bool,
+    ) -> None:
+        check_sequence("memory", memory, self.config.d_model)
+        assert isinstance(memory, Tensor)
+        check_like_module("memory", memory, self.decoder)
+        if memory.shape[0] != tgt.shape[0]:
+            raise ValueError(
+                "tgt and memory must have the same batch size: "
+                f"tgt has B={tgt.shape[0]}, memory has B={memory.shape[0]}"
+            )
+        start = 0
+        if cache is not None:
+            if not isinstance(cache, DecoderCache):
+                raise TypeError(f"cache must be a DecoderCache (model.new_cache()) or None, got {type(cache).__name__}")
+            if len(cache.layers) != self.config.n_layers:
+                raise ValueError(
+                    f"cache has {len(cache.layers)} layers, the model has {self.config.n_layers}: "
+                    "use this model's model.new_cache()"
+                )
+            for layer_cache in cache.layers:
+                layer_cache.check(tgt.shape[0], self.config.n_heads, self.config.d_model // self.config.n_heads)
+            cache.check_memory(memory)
+            start = cache.length
+        self._check_target(tgt, tgt_mask, start, check_masks)
+        if src_mask is not None:
+            check_source_mask("src_mask", src_mask, tgt.shape[0], memory.shape[1], device=tgt.device)
+
+    # ------------------------------------------------------------------ the computation (inputs trusted)
+
+    def _encode(self, src: Tensor, src_mask: Tensor | None) -> Tensor:
+        x = self.positional(self.src_embed(src))  # (B, S, D)
+        return self.encoder(x, src_mask)
+
+    def _decode(
+        self,
+        tgt: Tensor,
+        memory: Tensor,
+        src_mask: Tensor | None,
+        tgt_mask: Tensor | None,
+        cache: DecoderCache | None,
+    ) -> Tensor:
+        start = cache.length if cache is not None else 0
+        length = tgt.shape[1]
+        if tgt_mask is None:
+            tgt_mask = causal_mask(start + length, device=tgt.device)[start:]  # (T, start + T)
+        x = self.positional(self.tgt_embed(tgt), start=start)  # (B, T, D)
+        x = self.decoder(x, memory, tgt_mask, src_mask, cache)  # (B, T, D)
+        return self.generator(x)  # (B, T, V)
+
+
+def _check_not_empty(name: str, tokens: Tensor) -> None:
+    """At least one position (an empty sequence has nothing to attend)."""
     if tokens.shape[1] == 0:
         raise ValueError(f"{name} must hold at least one token per sequence, got shape {tuple(tokens.shape)}")
 
@@ -244,17 +363,84 @@ def count_parameters(model: nn.Module) -> dict[str, int]:
 
 
 def save_checkpoint(model: Transformer, path: str | os.PathLike[str], **extra: Any) -> None:
-    """Save the config (as a plain dict) and the state dict, readable with `weights_only=True`."""
+    """Save the config (as a plain dict) and the state dict, readable with `weights_only=True`.
+
+    `extra` adds plain data (numbers, strings, lists, dicts, tensors) beside them; it may not be
+    called "config" or "state_dict".
+    """
     if not isinstance(model, Transformer):
         raise TypeError(f"model must be a Transformer, got {type(model).__name__}")
+    _check_path("path", path)
+    for key in ("config", "state_dict"):
+        if key in extra:
+            raise ValueError(f"extra data may not be called {key!r}: the checkpoint keeps the model's own there")
+    folder = os.path.dirname(os.fspath(path)) or "."
+    if not os.path.isdir(folder):
+        raise ValueError(f"path {os.fspath(path)!r}: the folder {folder!r} does not exist; create it first")
     torch.save({"config": model.config.to_dict(), "state_dict": model.state_dict(), **extra}, path)
 
 
 def load_checkpoint(path: str | os.PathLike[str], map_location: str | torch.device = "cpu") -> Transformer:
-    """Rebuild a `Transformer` saved by `save_checkpoint` (loaded with `weights_only=True`)."""
-    checkpoint = torch.load(path, map_location=map_location, weights_only=True)
+    """Rebuild a `Transformer` saved by `save_checkpoint`, on the device `map_location`.
+
+    The file is read with `weights_only=True` (plain data and tensors only, never code); anything else
+    (a whole model saved with `torch.save(model)`, a corrupt or truncated file, a config that does not
+    match the weights) is refused with a ValueError that says which.
+    """
+    _check_path("path", path)
+    device = as_device("map_location", map_location)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no checkpoint at path {os.fspath(path)!r}")
+    try:
+        checkpoint = torch.load(path, map_location=device, weights_only=True)
+    except pickle.UnpicklingError as error:
+        if "weights only" not in str(error).lower():
+            raise ValueError(
+                f"path {os.fspath(path)!r} could not be read as a checkpoint (corrupt file?): {str(error)[:200]}"
+            ) from None
+        raise ValueError(
+            f"path {os.fspath(path)!r} holds Python objects, not a transformer_lab checkpoint (plain data and "
+            "tensors): was it written with torch.save(model)? Load it where it was made and save it with "
+            "tl.save_checkpoint(model, path); this library never unpickles code (weights_only=True)"
+        ) from None
+    except (RuntimeError, EOFError, OSError, ValueError) as error:
+        raise ValueError(
+            f"path {os.fspath(path)!r} could not be read as a checkpoint (truncated or corrupt?): {str(error)[:200]}"
+        ) from None
     if not isinstance(checkpoint, dict) or "config" not in checkpoint or "state_dict" not in checkpoint:
-        raise ValueError(f"{path} is not a transformer_lab checkpoint (expected keys 'config' and 'state_dict')")
-    model = Transformer(TransformerConfig(**checkpoint["config"]))
-    model.load_state_dict(checkpoint["state_dict"])
+        raise ValueError(
+            f"path {os.fspath(path)!r} is not a transformer_lab checkpoint (expected a dict with keys 'config' and "
+            "'state_dict', as tl.save_checkpoint writes)"
+        )
+    config = checkpoint["config"]
+    if not isinstance(config, dict):
+        raise ValueError(f"the checkpoint's config must be a dict, got {type(config).__name__}")
+    known = {f.name for f in dataclasses.fields(TransformerConfig)}
+    unknown = sorted(set(config) - known)
+    if unknown:
+        raise ValueError(
+            f"the checkpoint's config has unknown keys {unknown}; a TransformerConfig knows {sorted(known)}"
+        )
+    try:
+        model = Transformer(TransformerConfig(**config)).to(device)
+    except TypeError as error:
+        raise ValueError(f"the checkpoint's config is not a valid TransformerConfig: {error}") from None
+    state = checkpoint["state_dict"]
+    own = model.state_dict()
+    missing = sorted(set(own) - set(state))
+    unexpected = sorted(set(state) - set(own))
+    wrong = sorted(k for k in set(own) & set(state) if tuple(own[k].shape) != tuple(getattr(state[k], "shape", ())))
+    if missing or unexpected or wrong:
+        details = "; ".join(
+            f"{what}: {keys[:4]}{' ...' if len(keys) > 4 else ''}"
+            for what, keys in (("missing", missing), ("unexpected", unexpected), ("wrong shape", wrong))
+            if keys
+        )
+        raise ValueError(f"the checkpoint's weights do not match its config ({details}); was the config edited?")
+    model.load_state_dict(state)
     return model
+
+
+def _check_path(name: str, path: object) -> None:
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{name} must be a file path (str or pathlib.Path), got {type(path).__name__}")

@@ -19,12 +19,15 @@ from transformer_lab._checks import (
     check_bool,
     check_float,
     check_last_dim,
+    check_like_module,
     check_mask,
     check_positive_int,
     check_probability,
     check_tensor,
+    is_trusted,
 )
-from transformer_lab.attention import scaled_dot_product_attention
+from transformer_lab.attention import attention
+from transformer_lab.normalization import LayerNorm
 
 __all__ = ["MultiHeadAttention", "record_attention"]
 
@@ -39,8 +42,11 @@ class MultiHeadAttention(nn.Module):
     - `record_weights=False` (for training fast): PyTorch's fused
       `F.scaled_dot_product_attention`, which never forms the weights, with the projections packed
       into one matmul when keys and values (and queries) are one tensor;
-      `.attention_weights` is None. `record_attention(model, False)` switches a whole model
-      (encoder and decoder layers then also use the fused `F.layer_norm`, see `encoder.fast_norm`).
+      `.attention_weights` is None. `record_attention(model, False)` switches a whole model: every
+      attention, and every `LayerNorm` (its `fused` flag: PyTorch's fused `F.layer_norm`).
+
+    Inputs are checked when the module is called on its own; inside a layer or model that has
+    checked them already, they are not checked again.
 
     Args:
         d_model: size of the model's vectors (D); must be divisible by n_heads.
@@ -67,6 +73,7 @@ class MultiHeadAttention(nn.Module):
         check_positive_int("n_heads", n_heads)
         check_probability("dropout", dropout)
         check_bool("record_weights", record_weights)
+        check_bool("bias", bias)
         if d_model % n_heads != 0:
             raise ValueError(
                 f"d_model must be divisible by n_heads so that each head gets d_k = d_model / n_heads "
@@ -112,11 +119,14 @@ class MultiHeadAttention(nn.Module):
         Shape:
             query (B, T, D); k, v (B, H, S, d_k); mask broadcastable to (B, H, T, S). Returns (B, T, D).
         """
+        if mask is not None and not is_trusted():
+            check_mask("mask", mask, (query.shape[0], self.n_heads, query.shape[1], k.shape[2]), device=query.device)
+        return self._attend(query, k, v, mask)
+
+    def _attend(self, query: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:
         q = self.split_heads(self.w_q(query))  # (B, H, T, d_k)
-        if mask is not None:
-            check_mask("mask", mask, (q.shape[0], self.n_heads, q.shape[2], k.shape[2]))
         if self.record_weights:
-            heads, weights = scaled_dot_product_attention(q, k, v, mask, self.dropout)  # (B, H, T, d_k)
+            heads, weights = attention(q, k, v, mask, self.dropout)  # (B, H, T, d_k)
             self.attention_weights = weights.detach()  # (B, H, T, S)
         else:
             dropout_p = self.dropout.p if self.training else 0.0
@@ -126,10 +136,23 @@ class MultiHeadAttention(nn.Module):
 
     def forward(self, query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None) -> Tensor:
         """Attend from `query` to `key`/`value`; self-attention is `forward(x, x, x)`."""
+        if not is_trusted():
+            self.check_inputs(query, key, value, mask)
+        if not self.record_weights and key is value:
+            return self._fast_forward(query, key, mask)
+        k, v = self.project_kv(key, value)  # (B, H, S, d_k) each
+        return self._attend(query, k, v, mask)
+
+    def check_inputs(self, query: object, key: object, value: object, mask: object = None) -> None:
+        """The checks of `forward`: float (B, T, D) / (B, S, D) tensors of this module's dtype and device,
+        one batch size, and a bool mask broadcastable to (B, H, T, S) on the same device."""
         for name, tensor in (("query", query), ("key", key), ("value", value)):
             check_tensor(name, tensor, dim=3)
+            assert isinstance(tensor, Tensor)
             check_float(name, tensor)
             check_last_dim(name, tensor, self.d_model)
+            check_like_module(name, tensor, self)
+        assert isinstance(query, Tensor) and isinstance(key, Tensor) and isinstance(value, Tensor)
         if key.shape[0] != query.shape[0] or value.shape[0] != query.shape[0]:
             raise ValueError(
                 f"query, key and value must have the same batch size B, got {query.shape[0]}, "
@@ -139,10 +162,9 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(
                 f"key and value must have the same length S, got shapes {tuple(key.shape)} and {tuple(value.shape)}"
             )
-        if not self.record_weights and key is value:
-            return self._fast_forward(query, key, mask)
-        k, v = self.project_kv(key, value)  # (B, H, S, d_k) each
-        return self.attend(query, k, v, mask)
+        if mask is not None:
+            shape = (query.shape[0], self.n_heads, query.shape[1], key.shape[1])
+            check_mask("mask", mask, shape, device=query.device)
 
     def _fast_forward(self, query: Tensor, memory: Tensor, mask: Tensor | None) -> Tensor:
         """Fast path only (performance, tested equal to the explicit path): when keys and values come
@@ -161,8 +183,6 @@ class MultiHeadAttention(nn.Module):
         else:
             q = self.split_heads(self.w_q(query))  # (B, H, T, d_k)
             k, v = heads.unbind(0)  # (B, H, S, d_k) each
-        if mask is not None:
-            check_mask("mask", mask, (batch, self.n_heads, length, k.shape[2]))
         dropout_p = self.dropout.p if self.training else 0.0
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)  # (B, H, T, d_k)
         self.attention_weights = None
@@ -173,9 +193,12 @@ class MultiHeadAttention(nn.Module):
 
 
 def record_attention(model: nn.Module, on: bool = True) -> nn.Module:
-    """Switch `record_weights` for every `MultiHeadAttention` inside `model` (chapters 03, 09).
+    """The one switch between the explicit and the fast path of a whole model (chapters 03, 09).
 
-    On: the explicit path, weights kept for plotting. Off: the fused fast path. Returns `model`.
+    Sets `record_weights = on` on every `MultiHeadAttention` inside `model` and `fused = not on` on
+    every `LayerNorm`. On: the explicit path, attention weights kept for plotting, LayerNorm computed
+    term by term. Off: PyTorch's fused `F.scaled_dot_product_attention` and `F.layer_norm` (the same
+    results, tested; forward hooks on the modules fire on both paths). Returns `model`.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
@@ -185,4 +208,6 @@ def record_attention(model: nn.Module, on: bool = True) -> nn.Module:
         if isinstance(module, MultiHeadAttention):
             module.record_weights = on
             module.attention_weights = None
+        elif isinstance(module, LayerNorm):
+            module.fused = not on
     return model

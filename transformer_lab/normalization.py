@@ -14,9 +14,19 @@ Shape legend: B batch, T sequence length, D features (d_model).
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer_lab._checks import check_float, check_last_dim, check_positive_int, check_tensor
+from transformer_lab._checks import (
+    HALF_DTYPES,
+    check_bool,
+    check_float,
+    check_last_dim,
+    check_like_module,
+    check_positive_int,
+    check_tensor,
+    is_trusted,
+)
 
 __all__ = ["LayerNorm", "BatchNorm", "layer_norm_statistics", "batch_norm_statistics"]
 
@@ -28,27 +38,47 @@ class LayerNorm(nn.Module):
     affine map (note 001 calls them "two linear matrices"; they are not). The state dict has the
     same keys as `nn.LayerNorm`'s, so either loads into the other.
 
+    `fused` (attribute, default False) picks the path: False computes the formula term by term (the
+    teaching code); True calls PyTorch's fused `F.layer_norm` with the same parameters (the fast
+    path, tested equal). `tl.record_attention(model, False)` sets it for every LayerNorm of a model.
+    Either way the module is called as a module, so its forward hooks fire.
+
+    In float16 and bfloat16 the mean and variance are computed in float32 and the result cast back
+    (as `nn.LayerNorm` does): the squares of half-precision values overflow or lose their digits.
+
+    Args:
+        d_model: D, the size of the normalized last axis.
+        eps: added to the variance.
+        fused: start on the fast path.
+
     Shape:
         x (..., D) -> (..., D).
     """
 
-    def __init__(self, d_model: int, eps: float = 1e-5) -> None:
+    def __init__(self, d_model: int, eps: float = 1e-5, fused: bool = False) -> None:
         super().__init__()
         check_positive_int("d_model", d_model)
         _check_eps(eps)
+        check_bool("fused", fused)
         self.d_model = d_model
         self.eps = float(eps)
+        self.fused = fused
         self.weight = nn.Parameter(torch.ones(d_model))  # gamma, (D,)
         self.bias = nn.Parameter(torch.zeros(d_model))  # beta, (D,)
 
     def forward(self, x: Tensor) -> Tensor:
-        check_tensor("x", x, min_dim=1)
-        check_float("x", x)
-        check_last_dim("x", x, self.d_model)
-        mean = x.mean(dim=-1, keepdim=True)  # (..., 1)
-        var = x.var(dim=-1, keepdim=True, unbiased=False)  # (..., 1), biased: divide by D
-        x_hat = (x - mean) / torch.sqrt(var + self.eps)  # (..., D)
-        return x_hat * self.weight + self.bias
+        if not is_trusted():
+            check_tensor("x", x, min_dim=1)
+            check_float("x", x)
+            check_last_dim("x", x, self.d_model)
+            check_like_module("x", x, self)
+        if self.fused:
+            return F.layer_norm(x, (self.d_model,), self.weight, self.bias, self.eps)
+        h = x.float() if x.dtype in HALF_DTYPES else x  # statistics in float32 for half precision
+        mean = h.mean(dim=-1, keepdim=True)  # (..., 1)
+        var = h.var(dim=-1, keepdim=True, unbiased=False)  # (..., 1), biased: divide by D
+        x_hat = (h - mean) / torch.sqrt(var + self.eps)  # (..., D)
+        return (x_hat * self.weight + self.bias).to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"{self.d_model}, eps={self.eps}"

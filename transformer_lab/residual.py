@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from torch import Tensor, nn
 
+from transformer_lab._checks import check_bool, check_probability, check_tensor, is_trusted
 from transformer_lab.normalization import LayerNorm
 
 __all__ = ["sublayer_connection", "Residual"]
@@ -49,10 +50,14 @@ class Residual(nn.Module):
         super().__init__()
         if not isinstance(sublayer, nn.Module):
             raise TypeError(f"sublayer must be an nn.Module, got {type(sublayer).__name__}")
+        check_probability("dropout", dropout)
+        check_bool("norm_first", norm_first)
         self.sublayer = sublayer
         self.norm = LayerNorm(d_model)
         self.dropout = nn.Dropout(dropout)
         self.norm_first = norm_first
 
     def forward(self, x: Tensor) -> Tensor:
+        if not is_trusted():
+            check_tensor("x", x, min_dim=1)
         return sublayer_connection(x, self.sublayer, self.norm, self.dropout, self.norm_first)

@@ -24,7 +24,15 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer_lab._checks import check_positive_int, check_probability, check_tensor
+from transformer_lab._checks import (
+    as_device,
+    check_int,
+    check_number,
+    check_positive_int,
+    check_probability,
+    check_tensor,
+    check_token_dtype,
+)
 from transformer_lab.data import CharTokenizer, Example, Task, make_batch
 from transformer_lab.model import Transformer, TransformerConfig
 from transformer_lab.multihead import record_attention
@@ -59,10 +67,19 @@ def smoothed_targets(target: Tensor, vocab_size: int, pad_id: int, smoothing: fl
         target (...) integer ids -> q (..., vocab_size), each non-PAD row summing to 1.
     """
     check_tensor("target", target)
+    check_token_dtype("target", target)
     check_positive_int("vocab_size", vocab_size)
     check_probability("smoothing", smoothing)
     if vocab_size < 3:
         raise ValueError(f"vocab_size must be at least 3 (PAD, the true token and one other), got {vocab_size}")
+    check_int("pad_id", pad_id, 0, vocab_size)
+    if target.numel() > 0:
+        low, high = torch.stack(torch.aminmax(target)).tolist()
+        if low < 0 or high >= vocab_size:
+            raise ValueError(
+                f"target contains id {low if low < 0 else high}, outside [0, {vocab_size}) (the logits' last "
+                "dimension V); check the tokenizer and the model's tgt_vocab_size"
+            )
     q = torch.full((*target.shape, vocab_size), smoothing / (vocab_size - 2), dtype=torch.float32)
     q = q.to(target.device)
     q.scatter_(-1, target.unsqueeze(-1), 1.0 - smoothing)  # the true token
@@ -96,6 +113,11 @@ def label_smoothed_loss(logits: Tensor, target: Tensor, pad_id: int, smoothing: 
     """
     check_tensor("logits", logits, min_dim=2)
     check_tensor("target", target)
+    if not logits.is_floating_point():
+        raise TypeError(f"logits must be a floating-point tensor of scores, got dtype {logits.dtype}")
+    check_token_dtype("target", target)
+    if logits.device != target.device:
+        raise ValueError(f"target is on {target.device} but logits are on {logits.device}; move it with .to()")
     if logits.shape[:-1] != target.shape:
         raise ValueError(
             f"logits (..., V) and target (...) must agree: got logits {tuple(logits.shape)}, "
@@ -124,6 +146,7 @@ def noam_lr(step: int | Tensor, d_model: int, warmup: int = 4000, factor: float 
     """
     check_positive_int("d_model", d_model)
     check_positive_int("warmup", warmup)
+    check_number("factor", factor, positive=True)
     if isinstance(step, Tensor):
         if (step < 1).any():
             raise ValueError("step must be >= 1 (steps count from 1)")
@@ -141,6 +164,11 @@ def make_optimizer(
     Returns (optimizer, scheduler); call `scheduler.step()` after each `optimizer.step()`.
     The optimiser's base lr is 1, so the schedule's value *is* the learning rate.
     """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    check_positive_int("d_model", d_model)
+    check_positive_int("warmup", warmup)
+    check_number("factor", factor, positive=True)  # a negative factor would be gradient ascent
     optimizer = torch.optim.Adam(model.parameters(), lr=1.0, betas=(0.9, 0.98), eps=1e-9)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda i: noam_lr(i + 1, d_model, warmup, factor)
@@ -169,6 +197,11 @@ def translate(
     """
     from transformer_lab.decoding import beam_search, greedy_decode
 
+    if not isinstance(model, Transformer):
+        raise TypeError(f"model must be a Transformer, got {type(model).__name__}")
+    _check_sources(sources)
+    _check_tokenizer(tokenizer)
+    check_positive_int("batch_size", batch_size)
     if beam_size is not None:
         check_positive_int("beam_size", beam_size)
     check_positive_int("max_len", max_len)
@@ -202,8 +235,7 @@ def exact_match(
 
     Greedy decoding unless `beam_size` is given (then `tl.decoding.beam_search`).
     """
-    if not examples:
-        raise ValueError("examples must not be empty")
+    _check_examples(examples)
     predictions = translate(model, [e.source for e in examples], tokenizer, max_len, beam_size)
     return sum(p == e.target for p, e in zip(predictions, examples, strict=True)) / len(examples)
 
@@ -216,6 +248,7 @@ def exact_match_by_kind(
     max_len: int = 32,
 ) -> dict[str, tuple[int, int]]:
     """{kind: (correct, total)} for each kind of example (e.g. each date format), plus "all"."""
+    _check_examples(examples)
     predictions = translate(model, [e.source for e in examples], tokenizer, max_len, beam_size)
     counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for p, e in zip(predictions, examples, strict=True):
@@ -232,8 +265,37 @@ def exact_match_by_kind(
 
 def build_model(config: TransformerConfig, seed: int = 0, device: torch.device | str = "cpu") -> Transformer:
     """A `Transformer` whose initial weights depend only on `seed` (chapter 09)."""
+    if not isinstance(config, TransformerConfig):
+        raise TypeError(f"config must be a TransformerConfig, got {type(config).__name__}")
+    check_int("seed", seed, 0)
+    device = as_device("device", device)
     torch.manual_seed(seed)
     return Transformer(config).to(device)
+
+
+def _check_sources(sources: object) -> None:
+    if isinstance(sources, str):
+        raise TypeError(
+            "sources must be a list of strings, got one str (it would be read as one source per character); "
+            f"wrap it in a list: [{sources[:20]!r}]"
+        )
+    if not isinstance(sources, Sequence) or not all(isinstance(s, str) for s in sources):
+        raise TypeError(f"sources must be a list of strings, got {type(sources).__name__} {str(sources)[:60]}")
+
+
+def _check_tokenizer(tokenizer: object) -> None:
+    if not isinstance(tokenizer, CharTokenizer):
+        raise TypeError(f"tokenizer must be a tl.data.CharTokenizer, got {type(tokenizer).__name__}")
+
+
+def _check_examples(examples: object) -> None:
+    if isinstance(examples, str) or not isinstance(examples, Sequence):
+        raise TypeError(f"examples must be a list of tl.data.Example, got {type(examples).__name__}")
+    if not examples:
+        raise ValueError("examples must not be empty")
+    if not all(isinstance(e, Example) for e in examples):
+        bad = next(e for e in examples if not isinstance(e, Example))
+        raise TypeError(f"examples must be a list of tl.data.Example (task.examples(...)), got an item {bad!r}")
 
 
 @dataclass
@@ -299,10 +361,17 @@ def train(
     check_positive_int("eval_every", eval_every)
     check_positive_int("eval_examples", eval_examples)
     check_probability("smoothing", smoothing)
-    if clip_norm is not None and not clip_norm > 0:
-        raise ValueError(f"clip_norm must be positive or None, got {clip_norm}")
+    _check_tokenizer(tokenizer)
+    check_number("lr_factor", lr_factor, positive=True)  # a negative factor would be gradient ascent
+    check_int("seed", seed, 0)
+    if clip_norm is not None:
+        check_number("clip_norm", clip_norm, positive=True)
+    if max_len is not None:
+        check_positive_int("max_len", max_len)
+    if not isinstance(progress, bool):
+        raise TypeError(f"progress must be True or False, got {progress!r}")
     if device is not None:
-        model.to(device)
+        model.to(as_device("device", device))
     device = next(model.parameters()).device
     max_len = max_len or task.max_target_len + 2
 
@@ -310,7 +379,10 @@ def train(
     rng = random.Random(f"train/{task.name}/{seed}")
     validation = task.examples("validation", eval_examples, seed=seed)
     optimizer, scheduler = make_optimizer(model, model.config.d_model, warmup, lr_factor)
-    recording = [m.record_weights for m in model.modules() if hasattr(m, "record_weights")]
+    # Every module's own path flag (attention's record_weights, LayerNorm's fused), restored at the end.
+    flags = [
+        (m, name, getattr(m, name)) for m in model.modules() for name in ("record_weights", "fused") if hasattr(m, name)
+    ]
     record_attention(model, False)
     history = History()
     start = time.perf_counter()
@@ -339,8 +411,8 @@ def train(
                 bar.set_postfix(loss=f"{history.loss[-1]:.3f}", val_em=f"{history.val_exact_match[-1]:.3f}")
     finally:
         bar.close()
-        for module, on in zip((m for m in model.modules() if hasattr(m, "record_weights")), recording, strict=True):
-            module.record_weights = on
+        for module, name, value in flags:
+            setattr(module, name, value)
         model.eval()
     history.seconds = time.perf_counter() - start
     return history

@@ -25,7 +25,7 @@ __all__ = [
 
 def _matrix(name: str, values: object, hint: str) -> np.ndarray:
     """`values` as a 2-D (T, S) numpy array, or a ValueError naming the argument."""
-    array = to_numpy(values)
+    array = to_numpy(values, name)
     if array.ndim != 2:
         raise ValueError(f"{name} must be a 2-D (T, S) matrix, got shape {array.shape}; {hint}")
     return array
@@ -69,6 +69,7 @@ def attention_heatmap(
         vmin=0.0,
         vmax=1.0,
         annotate=annotate,
+        label_names=("key_labels", "query_labels"),
     )
     return ax.figure
 
@@ -87,9 +88,9 @@ def attention_grid(
         row_names: a name for each row (default "layer 1", "layer 2", ...).
     """
     if isinstance(weights, (list, tuple)):
-        values = np.stack([to_numpy(w) for w in weights])
+        values = np.stack([to_numpy(w, "weights") for w in weights])
     else:
-        values = to_numpy(weights)
+        values = to_numpy(weights, "weights")
     if values.ndim == 3:
         values = values[None]
     if values.ndim != 4:
@@ -149,6 +150,7 @@ def mask_picture(
         vmax=1,
         colorbar=False,
         aspect="equal",
+        label_names=("key_labels", "query_labels"),
     )
     if legend:
         mask_legend(ax.figure)
@@ -186,7 +188,7 @@ def mask_grid(masks: dict[str, object], key_labels: Sequence[str] | None = None,
         raise ValueError("masks must be a non-empty dict {title: 2-D mask}")
     fig, axes = new_figure(1, len(masks), size=(3.2 * len(masks), 3.2))
     for ax, (name, mask) in zip(axes[0], masks.items(), strict=True):
-        rows = to_numpy(mask).shape[0]
+        rows = to_numpy(mask, f"masks[{name!r}]").shape[0]
         query_labels = key_labels if key_labels is not None and len(key_labels) == rows else None
         mask_picture(mask, key_labels, query_labels, title=name, ax=ax, legend=False)
     mask_legend(fig)
@@ -209,7 +211,7 @@ def softmax_saturation(
         scores: (S,) one query's scores over S keys.
         scales: the factors to multiply the scores by (e.g. 0.5, 1, 2, 4, 8, 16).
     """
-    values = torch.as_tensor(to_numpy(scores), dtype=torch.float64)
+    values = torch.as_tensor(to_numpy(scores, "scores"), dtype=torch.float64)
     if values.ndim != 1 or values.numel() < 2:
         raise ValueError(f"scores must be a 1-D vector of at least 2 scores, got shape {tuple(values.shape)}")
     factors = [float(f) for f in scales]
@@ -258,8 +260,8 @@ def score_variance(
         unscaled: the measured variance of q . k for each d_k.
         scaled: the measured variance of q . k / sqrt(d_k) for each d_k.
     """
-    sizes = to_numpy(d_k)
-    raw, normalised = to_numpy(unscaled), to_numpy(scaled)
+    sizes = to_numpy(d_k, "d_k")
+    raw, normalised = to_numpy(unscaled, "unscaled"), to_numpy(scaled, "scaled")
     if sizes.ndim != 1 or sizes.size == 0:
         raise ValueError(f"d_k must be a non-empty 1-D sequence, got shape {sizes.shape}")
     if raw.shape != sizes.shape or normalised.shape != sizes.shape:

@@ -27,7 +27,7 @@ __all__ = [
 
 
 def _table(pe: object, name: str = "pe") -> np.ndarray:
-    values = to_numpy(pe)
+    values = to_numpy(pe, name)
     if values.ndim == 3 and values.shape[0] == 1:
         values = values[0]  # a (1, max_len, D) buffer as in the notes
     if values.ndim != 2:
@@ -234,7 +234,7 @@ def value_histograms(
         raise ValueError("series must hold at least one named tensor")
     ax = _axes(ax, (6.0, 3.2))
     with course_style():
-        arrays = {name: to_numpy(values).ravel() for name, values in series.items()}
+        arrays = {name: to_numpy(values, f"series[{name!r}]").ravel() for name, values in series.items()}
         everything = np.concatenate(list(arrays.values()))
         edges = np.linspace(everything.min(), everything.max(), bins + 1) if everything.size else bins
         for name, values in arrays.items():
@@ -255,7 +255,7 @@ def frequency_errors(
     if not errors:
         raise ValueError("errors must hold at least one named curve")
     ax = _axes(ax, (6.0, 3.2))
-    series = {name: np.maximum(to_numpy(values), 1e-12) for name, values in errors.items()}
+    series = {name: np.maximum(to_numpy(values, f"errors[{name!r}]"), 1e-12) for name, values in errors.items()}
     curves(ax, series, title=title, x_title="frequency index i (dimensions 2i, 2i + 1)", y_title="|error| / value")
     with course_style():
         ax.set_yscale("log")

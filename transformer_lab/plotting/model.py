@@ -104,7 +104,22 @@ def training_curves(histories: object | Mapping[str, object], title: str = "") -
     """
     if not isinstance(histories, Mapping) or "loss" in histories:
         histories = {"run": histories}
-    runs = {name: (h if isinstance(h, Mapping) else h.to_dict()) for name, h in histories.items()}  # type: ignore[union-attr]
+    if not histories:
+        raise ValueError("histories must hold at least one run")
+    runs = {}
+    needed = ("step", "loss", "lr", "eval_step", "val_exact_match")
+    for name, h in histories.items():  # type: ignore[union-attr]
+        if hasattr(h, "to_dict"):
+            h = h.to_dict()
+        if not isinstance(h, Mapping):
+            raise TypeError(
+                f"histories must be a tl.training.History, its to_dict(), or {{name: history}}; "
+                f"run {name!r} is a {type(h).__name__}"
+            )
+        missing = [key for key in needed if key not in h]
+        if missing:
+            raise ValueError(f"histories: run {name!r} lacks {missing}; pass what tl.training.train returned")
+        runs[name] = h
     fig, axes = new_figure(1, 3, size=(12.0, 3.4))
     curves(
         axes[0, 0], {n: (h["step"], h["loss"]) for n, h in runs.items()}, "training loss", y_title="loss", log_y=True
@@ -137,8 +152,8 @@ def cross_attention_maps(
     if not maps:
         raise ValueError("maps must hold at least one (weights, source_labels, output_labels, title)")
     n_rows = -(-len(maps) // n_cols)
-    widest = max(to_numpy(m[0]).shape[1] for m in maps)
-    tallest = max(to_numpy(m[0]).shape[0] for m in maps)
+    widest = max(to_numpy(m[0], "maps weights").shape[1] for m in maps)
+    tallest = max(to_numpy(m[0], "maps weights").shape[0] for m in maps)
     fig, axes = new_figure(n_rows, n_cols, size=(n_cols * (0.3 * widest + 2.4), n_rows * (0.3 * tallest + 1.9)))
     for ax, (weights, src_labels, out_labels, name) in zip(axes.flat, maps, strict=False):
         attention_heatmap(weights, src_labels, out_labels, title=name, ax=ax, annotate=False)

@@ -71,11 +71,21 @@ def new_figure(n_rows: int = 1, n_cols: int = 1, size: tuple[float, float] | Non
     return fig, axes
 
 
-def to_numpy(values: object) -> np.ndarray:
-    """A tensor (any device, with or without grad), array or list as a float numpy array."""
+def to_numpy(values: object, name: str = "values") -> np.ndarray:
+    """A tensor (any device, with or without grad), array or list as a float numpy array.
+
+    Anything else (a string, a dict, a ragged list, None ...) is a TypeError naming `name`.
+    """
     if hasattr(values, "detach"):
         values = values.detach().cpu().float().numpy()  # type: ignore[union-attr]
-    return np.asarray(values, dtype=float)
+    if values is None or isinstance(values, (str, bytes, dict, set)):
+        raise TypeError(f"{name} must be a tensor, a numpy array or a list of numbers, got {type(values).__name__}")
+    try:
+        return np.asarray(values, dtype=float)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"{name} must be a tensor, a numpy array or a (rectangular) list of numbers, got {str(values)[:60]}"
+        ) from None
 
 
 def heatmap(
@@ -92,10 +102,12 @@ def heatmap(
     annotate: bool = False,
     colorbar: bool = True,
     aspect: str = "auto",
+    label_names: tuple[str, str] = ("x_labels", "y_labels"),
 ) -> mpl.image.AxesImage:
     """Draw a 2-D matrix with optional tick labels on both axes; the primitive of attention maps.
 
     `aspect="equal"` keeps every cell square (a (1, S) mask is then drawn as a strip, not a square).
+    `label_names` are the caller's names of the column and row labels, used in error messages.
     """
     values = to_numpy(matrix)
     if values.ndim != 2:
@@ -107,8 +119,14 @@ def heatmap(
             (y_labels, values.shape[0], ax.set_yticks, ax.set_yticklabels, 0),
         ):
             if labels is not None:
+                which = label_names[0] if labels is x_labels else label_names[1]
+                if isinstance(labels, str) or not hasattr(labels, "__len__"):
+                    raise TypeError(f"{which} must be a list of strings, one per cell, got {type(labels).__name__}")
                 if len(labels) != n:
-                    raise ValueError(f"got {len(labels)} labels for an axis of length {n}")
+                    raise ValueError(
+                        f"{which}: got {len(labels)} labels for an axis of length {n} "
+                        f"({'columns' if labels is x_labels else 'rows'}); pass exactly {n}"
+                    )
                 set_ticks(range(n))
                 set_labels(list(labels), rotation=rotation)
         if annotate:
@@ -132,14 +150,23 @@ def curves(
     log_y: bool = False,
 ) -> None:
     """Draw named curves on one axes: {name: ys} or {name: (xs, ys)}, with a legend."""
+    if not isinstance(series, Mapping):
+        raise TypeError(f"series must be a dict {{name: ys}} or {{name: (xs, ys)}}, got {type(series).__name__}")
     with course_style():
         for name, values in series.items():
             if isinstance(values, tuple) and len(values) == 2:
                 xs, ys = values
             else:
                 ys = values
-                xs = range(len(ys))
-            ax.plot(list(xs), to_numpy(ys), label=name)
+                xs = range(len(to_numpy(ys, f"series[{name!r}]")))
+            ys = to_numpy(ys, f"series[{name!r}]")
+            xs = to_numpy(xs, f"series[{name!r}] steps")
+            if ys.ndim != 1 or xs.shape != ys.shape:
+                raise ValueError(
+                    f"series[{name!r}] must be one curve: xs and ys of one equal length, got shapes {xs.shape} "
+                    f"and {ys.shape}"
+                )
+            ax.plot(list(xs), ys, label=name)
         if log_y:
             ax.set_yscale("log")
         ax.set_title(title)

@@ -170,6 +170,10 @@ def attention_explorer(
             raise ValueError(f"{name} must be a positive int, got {value!r}")
     if d_model % n_heads:
         raise ValueError(f"d_model must be divisible by n_heads, got d_model={d_model}, n_heads={n_heads}")
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed must be an int (it fixes the untrained attention's weights), got {seed!r}")
+    if seed < 0:
+        raise ValueError(f"seed must be >= 0, got {seed}")
     return AttentionExplorer(sentence, d_model, n_heads, seed)
 
 
