@@ -212,10 +212,10 @@ predict_shuffled_output = Exercise(
     kind="predict",
     wrong=[lambda: "same", lambda: "different", lambda: "Shuffled!"],
     why=(
-        "encoder(x[:, perm]) == encoder(x)[:, perm]: the encoder is permutation-equivariant (置换等变). Each token's "
-        "output depends on its own vector and on the SET of the others, not on their order, and it appears "
-        "wherever the token now stands. Without positions 'dog bites man' and 'man bites dog' give each word the "
-        "same vector."
+        "encoder(words[:, perm]) == encoder(words)[:, perm]: the encoder is permutation-equivariant (置换等变). "
+        "Each token's output depends on its own vector and on the SET of the others, not on their order, and it "
+        "appears wherever the token now stands. Without positions 'dog bites man' and 'man bites dog' give each "
+        "word the same vector."
     ),
     explain={
         "same": (
