@@ -16,6 +16,7 @@ from torch import Tensor, nn
 
 from transformer_lab.encoder import Encoder, EncoderLayer
 from transformer_lab.exercises.core import Case, Exercise
+from transformer_lab.multihead import MultiHeadAttention
 
 __all__ = ["predict_encoder_layer_parameters", "encode_ragged", "predict_shuffled_output", "from_pytorch_layer"]
 
@@ -392,14 +393,12 @@ class _Wrapped(EncoderLayer):
 def _with_their_attention(theirs: nn.TransformerEncoderLayer) -> EncoderLayer:
     ours = _from_pytorch_copy(theirs)
 
-    class Adapter(nn.Module):
-        record_weights = True
-
+    class Adapter(MultiHeadAttention):  # our attention's interface, PyTorch's computation
         def forward(self, q, k, v, mask=None):  # noqa: ANN001, ANN202
             blocked = None if mask is None else ~mask[:, 0, 0, :]
             return theirs.self_attn(q, k, v, key_padding_mask=blocked, need_weights=False)[0]
 
-    ours.self_attn = Adapter()
+    ours.self_attn = Adapter(theirs.self_attn.embed_dim, theirs.self_attn.num_heads).to(theirs.linear1.weight.dtype)
     return ours
 
 
