@@ -32,6 +32,7 @@ import hashlib
 import io
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -350,7 +351,12 @@ def serve() -> None:
     It reads lines `REQUEST RESULT BUDGET` from stdin; for each it forks a child that runs the answer,
     waits at most BUDGET seconds (then kills it), and answers `done` or `killed` on stdout.
     """
-    import transformer_lab  # noqa: F401 - imported once here, inherited by every child
+    import matplotlib
+
+    matplotlib.use("Agg")  # a chapter's setup cell imports pyplot: no display here
+    import matplotlib.pyplot  # noqa: F401 - imported once here, inherited by every child
+
+    import transformer_lab  # noqa: F401
     import transformer_lab.exercises  # noqa: F401
 
     torch.set_num_threads(1)
@@ -518,7 +524,7 @@ def grade_exercise(
                 problem = exercise._explain_wrong(value)
         grade.cases.append((problem is None, case.name if problem is None else f"{case.name}: {problem}"))
     if grade.shortcut:
-        grade.problems.append(f"called a finished version: {grade.shortcut}")
+        grade.problems.append(f"{exercise.name}: called a finished version ({grade.shortcut.split(' is not')[0]})")
     total = len(exercise.cases)
     grade.points = round(max_points * grade.passed / total, 4) if total and not grade.shortcut else 0.0
     return grade
@@ -545,3 +551,178 @@ if __name__ == "__main__":
     from transformer_lab.exercises import grading
 
     grading.serve()
+
+
+# ------------------------------------------------------------------ a whole submitted notebook
+
+_CHECK_LINE = re.compile(r"^\s*exercises\.(\w+)\.check\((\w+)\)\s*$", re.M)
+_IMPORT_LINE = re.compile(r"^from transformer_lab\.exercises import (\w+) as exercises\s*$", re.M)
+_HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS\n?", re.S)
+#: names whose attributes an honest answer never assigns to (assigning to them patches the course or torch)
+_PATCHABLE = {
+    "torch",
+    "F",
+    "nn",
+    "tl",
+    "transformer_lab",
+    "np",
+    "numpy",
+    "math",
+    "sys",
+    "builtins",
+    "exercises",
+    "Exercise",
+    "Case",
+    "core",
+    "random",
+    "importlib",
+    "inspect",
+}
+
+
+@dataclass
+class NotebookGrade:
+    """One student's grade for one chapter."""
+
+    chapter: str
+    exercises: list[tuple[str, ExerciseGrade]] = field(default_factory=list)  # (grade_id, grade)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def points(self) -> float:
+        return round(sum(grade.points for _, grade in self.exercises), 4)
+
+    @property
+    def max_points(self) -> float:
+        return sum(grade.max_points for _, grade in self.exercises)
+
+
+def _source(cell: dict[str, Any]) -> str:
+    text = cell.get("source", "")
+    return "".join(text) if isinstance(text, list) else str(text)
+
+
+def _meta(cell: dict[str, Any]) -> dict[str, Any]:
+    meta = cell.get("metadata", {}) if isinstance(cell, dict) else {}
+    nbgrader = meta.get("nbgrader", {}) if isinstance(meta, dict) else {}
+    return nbgrader if isinstance(nbgrader, dict) else {}
+
+
+def _visible(text: str) -> str:
+    return _HIDDEN.sub("", text).strip()
+
+
+def suspicious_lines(source: str) -> list[str]:
+    """Lines of an answer cell that patch the course, torch or Python itself (an honest answer has none)."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    found = []
+    for node in ast.walk(tree):
+        targets: list[Any] = []
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        for target in targets:
+            base = target
+            while isinstance(base, (ast.Attribute, ast.Subscript)):
+                base = base.value
+            if (
+                isinstance(target, (ast.Attribute, ast.Subscript))
+                and isinstance(base, ast.Name)
+                and (base.id in _PATCHABLE or base.id == "__builtins__")
+            ):
+                found.append(ast.unparse(node).splitlines()[0][:120])
+        if isinstance(node, ast.Call):
+            name = ast.unparse(node.func)
+            if name in {"setattr", "delattr", "sys.setprofile", "sys.settrace", "globals().update"} or name.endswith(
+                ("_pop_mode", "_pop_torch_function_stack", "reload")
+            ):
+                found.append(ast.unparse(node).splitlines()[0][:120])
+    return found
+
+
+def grade_notebook(
+    teacher: dict[str, Any],
+    submitted: dict[str, Any],
+    chapter: str,
+    secret: int,
+    cell_timeout: float = 10.0,
+    server: Server | None = None,
+) -> NotebookGrade:
+    """Grade one submitted chapter against the teacher's source notebook (both as JSON dicts).
+
+    What runs of the submission, for each exercise: the teacher's setup cell (the chapter's first code
+    cell) and exercise import, then the student's answer cells (nbgrader solution cells, matched by
+    their id) of this exercise and of every exercise before it. Never a check cell, never any other
+    cell of the student's notebook.
+    """
+    result = NotebookGrade(chapter)
+    cells = teacher.get("cells", [])
+    code_cells = [c for c in cells if c.get("cell_type") == "code"]
+    setup = [("setup", _source(code_cells[0]))] if code_cells else []
+    modules = [m.group(1) for c in code_cells for m in [_IMPORT_LINE.search(_source(c))] if m]
+    if modules:
+        setup.append(("setup", f"from transformer_lab.exercises import {modules[0]} as exercises"))
+    mine = submitted.get("cells", []) if isinstance(submitted.get("cells"), list) else []
+    by_id: dict[str, dict[str, Any]] = {}
+    for cell in mine:
+        grade_id = _meta(cell).get("grade_id") if isinstance(cell, dict) else None
+        if isinstance(grade_id, str):
+            if grade_id in by_id:
+                result.problems.append(f"cell {grade_id!r} appears twice (a copied locked or answer cell)")
+            by_id.setdefault(grade_id, cell)
+    # locked cells: present and unchanged
+    for cell in cells:
+        meta = _meta(cell)
+        if not meta.get("locked") or not meta.get("grade_id"):
+            continue
+        theirs = by_id.get(meta["grade_id"])
+        if theirs is None:
+            result.problems.append(f"locked cell {meta['grade_id']!r} was deleted or renamed")
+        elif _visible(_source(theirs)) != _visible(_source(cell)):
+            result.problems.append(f"locked cell {meta['grade_id']!r} was edited")
+    answers: list[tuple[str, str]] = []
+    module = __import__(f"transformer_lab.exercises.{modules[0]}", fromlist=["_"]) if modules else None
+    for cell in cells:
+        meta = _meta(cell)
+        if meta.get("solution") and cell.get("cell_type") == "code":
+            theirs = by_id.get(meta.get("grade_id", ""))
+            if theirs is None:
+                result.problems.append(f"answer cell {meta.get('grade_id')!r} is missing")
+                continue
+            text = _source(theirs)
+            for line in suspicious_lines(text):
+                result.problems.append(f"answer cell {meta['grade_id']!r} patches the course or torch: {line}")
+            answers.append((f"answer {meta['grade_id']}", text))
+        if meta.get("grade") and cell.get("cell_type") == "code":
+            match = _CHECK_LINE.search(_source(cell))
+            if not match or module is None:
+                continue
+            exercise = getattr(module, match.group(1), None)
+            if not isinstance(exercise, Exercise):
+                result.problems.append(f"the teacher's check cell {meta['grade_id']!r} names no known exercise")
+                continue
+            grade = grade_exercise(
+                exercise,
+                match.group(2),
+                setup + answers,
+                float(meta.get("points", 1)),
+                secret,
+                cell_timeout=cell_timeout,
+                server=server,
+            )
+            for name in grade.tampered:
+                message = f"the answer cells replaced {name}"
+                if message not in result.problems:
+                    result.problems.append(message)
+            result.problems.extend(p for p in grade.problems if p not in result.problems)
+            stopped = [text for ok, text in grade.cases if not ok and "time limit" in text]
+            if stopped:
+                result.problems.append(
+                    f"{exercise.name}: stopped at the time limit of {cell_timeout:g} s ({stopped[0].split(': ')[0]})"
+                )
+            result.exercises.append((meta["grade_id"], grade))
+    return result
