@@ -44,6 +44,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -414,6 +415,9 @@ def collect(
         students[folder.name] = {}
         for chapter, path in found.items():
             dest = course_dir / "submitted" / folder.name / chapter
+            if path.resolve() == (dest / f"{chapter}.ipynb").resolve():  # nbgrader's collect put it there already
+                students[folder.name][chapter] = path
+                continue
             if dest.exists():
                 shutil.rmtree(dest)
             dest.mkdir(parents=True)
@@ -492,7 +496,9 @@ def write_gradebook(course_dir: pathlib.Path, record: dict[str, Any]) -> None:
     """Put one record's scores into nbgrader's gradebook (the grade cells' auto scores)."""
     from nbgrader.api import MissingEntry
 
-    with gradebook(course_dir) as gb:
+    with gradebook(course_dir) as gb, warnings.catch_warnings():
+        # nbgrader builds a submission's rows before adding them to its session; SQLAlchemy warns about it
+        warnings.filterwarnings("ignore", message=".*not in session.*")
         gb.update_or_create_student(record["student"])
         gb.update_or_create_submission(record["chapter"], record["student"])
         for exercise in record["exercises"]:
@@ -515,8 +521,14 @@ def grade_folder(
     chapters: Sequence[str] | None = None,
     timeout: float = 10.0,
     jobs: int | None = None,
+    secret: int | None = None,
+    write_gb: bool = True,
 ) -> list[dict[str, Any]]:
-    """Grade every student's chapters in `submissions`; write the gradebook, tables and report; return the records."""
+    """Grade every student's chapters in `submissions`; write the gradebook, tables and report; return the records.
+
+    `secret` seeds the hidden cases; leave it None (a new random seed each run) except in a test.
+    `write_gb=False` skips nbgrader's gradebook (a course directory `student` did not make).
+    """
     course_dir = course_dir.resolve()
     released = sorted(p.name for p in (course_dir / "source").glob("[0-9][0-9]_*") if p.is_dir())
     if not released:
@@ -527,7 +539,8 @@ def grade_folder(
             raise ValueError(f"chapters: {unknown} were never handed out; handed out: {released}")
         released = [r for r in released if any(r == c or (len(c) == 2 and r[:2] == c) for c in chapters)]
     students, notes = collect(submissions, course_dir, released)
-    secret = secrets.randbits(62)  # hidden cases: a seed no student can know
+    if secret is None:
+        secret = secrets.randbits(62)  # hidden cases: a seed no student can know
     jobs = jobs or max(1, min(len(os.sched_getaffinity(0)), 8))
     tasks = [(s, c, p) for s, found in students.items() for c, p in found.items()]
     records = []
@@ -551,7 +564,7 @@ def grade_folder(
         while _SERVERS:
             _SERVERS.pop().close()
         _LOCAL.server = None
-    for record in records:
+    for record in records if write_gb else []:
         write_gradebook(course_dir, record)
     notes_path = course_dir / RESULTS / "notes.json"
     previous = json.loads(notes_path.read_text()) if notes_path.exists() else {}
@@ -688,7 +701,8 @@ def feedback(course_dir: pathlib.Path, out: pathlib.Path) -> list[pathlib.Path]:
             body.append("</table>")
         page = f"<!doctype html><meta charset='utf-8'><title>{html.escape(record['chapter'])}</title>"
         page += f"<style>{FEEDBACK_STYLE}</style>" + "\n".join(body)
-        path = out / record["student"] / f"{record['chapter']}.html"
+        # nbgrader's layout, so that `nbgrader release_feedback` can hand the pages back through the exchange
+        path = out / record["student"] / record["chapter"] / f"{record['chapter']}.html"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(page, encoding="utf-8")
         written.append(path)

@@ -300,7 +300,7 @@ def child_main(request: dict[str, Any], result_path: str) -> None:
     candidate = namespace.get(request["function"])
     timed_out = False
     for case_inputs in inputs:
-        entry = {"value": None, "error": None, "shortcut": None, "not_done": False}
+        entry = {"value": None, "error": None, "error_types": [], "shortcut": None, "not_done": False}
         if timed_out:
             entry["error"] = "not run: an earlier case reached the time limit"
         elif not callable(candidate):
@@ -325,6 +325,7 @@ def child_main(request: dict[str, Any], result_path: str) -> None:
                 entry["shortcut"] = str(exc)
             except BaseException as exc:  # noqa: BLE001
                 entry["error"] = f"{type(exc).__name__}: {exc}"[:500]
+                entry["error_types"] = [k.__name__ for k in type(exc).__mro__]  # a case may expect an error
                 if isinstance(exc, RecursionError):
                     entry["error"] = "RecursionError: the function calls itself without end"
         out["cases"].append(entry)
@@ -508,6 +509,11 @@ def grade_exercise(
             continue
         if entry["not_done"]:
             grade.cases.append((False, f"{case.name}: not done yet"))
+            continue
+        if case.raises is not None:
+            ok = case.raises.__name__ in entry.get("error_types", [])
+            problem = None if ok else (entry["error"] or f"should raise {case.raises.__name__}, but returned normally")
+            grade.cases.append((ok, case.name if ok else f"{case.name}: {problem}"))
             continue
         if entry["error"]:
             grade.cases.append((False, f"{case.name}: {entry['error']}"))
