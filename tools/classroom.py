@@ -705,6 +705,11 @@ def feedback(course_dir: pathlib.Path, out: pathlib.Path) -> list[pathlib.Path]:
         path = out / record["student"] / record["chapter"] / f"{record['chapter']}.html"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(page, encoding="utf-8")
+        # what `nbgrader release_feedback` reads to address the page to the student's own submission
+        submitted = course_dir / "submitted" / record["student"] / record["chapter"]
+        for name in ("timestamp.txt", "submission_secret.txt"):
+            if (submitted / name).exists():
+                shutil.copy2(submitted / name, path.parent / name)
         written.append(path)
     return written
 
