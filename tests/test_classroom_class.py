@@ -280,3 +280,93 @@ def test_the_course_folder_can_be_moved(klass, tmp_path):
     assert str(course) not in config
     out = classroom.nbgrader(moved, "db", "student", "list")
     assert "ada" in out
+
+
+MY_MODULE = '''
+"""A teacher's own exercise, outside the package (docs/exercises.md, "An exercise of your own")."""
+import torch
+
+from transformer_lab.exercises.core import Case, Exercise
+
+
+def _reference(x):
+    return x.clamp(min=0.0) * 2.0
+
+
+def _no_clamp(x):
+    return x * 2.0
+
+
+double_relu = Exercise(
+    "double_relu",
+    reference=_reference,
+    cases=[
+        Case("positive entries only", lambda: (torch.tensor([5.0, 6.0, 7.0]),)),
+        Case("a matrix", lambda: (torch.eye(3) - 0.5,)),
+    ],
+    hints=["ReLU first.", "clamp(min=0) keeps the positive part.", "Then multiply by two."],
+    level="easy",
+    kind="build",
+    wrong=[_no_clamp],
+    forbidden=["relu"],
+    shortcuts=[lambda x: torch.relu(x) * 2],
+)
+'''
+
+
+def my_notebook() -> dict:
+    import nbformat
+
+    def meta(**fields):
+        return {"nbgrader": {"schema_version": 3, "task": False, **fields}}
+
+    cells = [
+        nbformat.v4.new_markdown_cell("# 11 · My own chapter"),
+        nbformat.v4.new_code_cell("import torch\n\nimport transformer_lab as tl"),
+        nbformat.v4.new_code_cell("from transformer_lab.exercises import ch11_mine as exercises"),
+        nbformat.v4.new_markdown_cell("### Exercise 1 (easy, build): twice the ReLU"),
+        nbformat.v4.new_code_cell(
+            "def double_relu(x):\n    ### BEGIN SOLUTION\n"
+            "    return torch.where(x > 0, x, 0.0) * 2\n    ### END SOLUTION",
+            metadata=meta(grade=False, grade_id="ch11_double_relu", locked=False, solution=True),
+        ),
+        nbformat.v4.new_code_cell(
+            "exercises.double_relu.check(double_relu)\n### BEGIN HIDDEN TESTS\n"
+            "exercises.double_relu.grade(double_relu)\n### END HIDDEN TESTS",
+            metadata=meta(grade=True, grade_id="ch11_double_relu_check", locked=True, points=2, solution=False),
+        ),
+        nbformat.v4.new_code_cell(
+            "# exercises.double_relu.hint()",
+            metadata=meta(grade=False, grade_id="ch11_double_relu_help", locked=True, solution=False),
+        ),
+    ]
+    notebook = nbformat.v4.new_notebook(cells=cells)
+    notebook.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    return json.loads(nbformat.writes(notebook))
+
+
+@pytest.mark.slow
+def test_a_teachers_own_exercise_grades(tmp_path, monkeypatch):
+    import transformer_lab.exercises as package
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "ch11_mine.py").write_text(MY_MODULE)
+    monkeypatch.setenv("TRANSFORMER_LAB_EXERCISES", str(mine))
+    monkeypatch.setattr(package, "__path__", [*package.__path__, str(mine)])
+    source = tmp_path / "11_mine.ipynb"
+    source.write_text(json.dumps(my_notebook()))
+    out = classroom.make_student_folder(tmp_path / "student", tmp_path / "course", [source])
+    assert (out / "transformer_lab" / "exercises" / "ch11_mine.py").is_file()
+    right = json.loads(source.read_text())
+    wrong = json.loads(source.read_text())
+    cells_by_id(wrong)["ch11_double_relu"]["source"] = "def double_relu(x):\n    return x * 2.0\n"
+    shortcut = json.loads(source.read_text())
+    cells_by_id(shortcut)["ch11_double_relu"]["source"] = "def double_relu(x):\n    return torch.relu(x) * 2\n"
+    put(tmp_path / "subs" / "ann", "11_mine.ipynb", right)
+    put(tmp_path / "subs" / "ben", "11_mine.ipynb", wrong)
+    put(tmp_path / "subs" / "cal", "11_mine.ipynb", shortcut)
+    put(tmp_path / "subs" / "dee", "11_mine.ipynb", json.loads((out / "11_mine.ipynb").read_text()))
+    classroom.grade_folder(tmp_path / "subs", tmp_path / "course", timeout=5, secret=SECRET)
+    table = read_table(tmp_path / "course" / "grades.csv")
+    assert {s: float(r["11_mine"]) for s, r in table.items()} == {"ann": 2.0, "ben": 1.0, "cal": 0.0, "dee": 0.0}

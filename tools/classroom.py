@@ -306,6 +306,10 @@ def copy_package(dest: pathlib.Path, chapters: Sequence[pathlib.Path], with_solu
         return skipped
 
     shutil.copytree(ROOT / "transformer_lab", dest / "transformer_lab", ignore=ignore)
+    # a teacher's own exercise modules (TRANSFORMER_LAB_EXERCISES) travel with the package
+    for folder in os.environ.get("TRANSFORMER_LAB_EXERCISES", "").split(os.pathsep):
+        for module in sorted(pathlib.Path(folder).glob("ch*.py")) if folder else []:
+            shutil.copy2(module, dest / "transformer_lab" / "exercises" / module.name)
     if not with_solutions:
         strip_solutions(dest / "transformer_lab")
 
