@@ -1,52 +1,74 @@
-"""Teach with the course: make the student versions with nbgrader, and grade what students hand in.
+"""Teach with the course: student versions, grading that can't be fooled, feedback. One assignment per chapter.
 
-    python tools/classroom.py student [--out student/] [--course-dir classroom/]
-    python tools/classroom.py grade SUBMISSIONS/ [--course-dir classroom/] [--csv grades.csv]
+    python tools/classroom.py student  [--chapters 01 02 ...] [--out student/] [--with-solutions]
+    python tools/classroom.py grade    SUBMISSIONS/ [--chapters ...] [--timeout 10] [--jobs N]
+    python tools/classroom.py feedback [--out feedback/]
+    python tools/classroom.py report
 
-`student` copies every chapter of the source edition (notebooks/solutions/NN_*.ipynb) into an nbgrader course directory
-(`classroom/` by default, with its own nbgrader_config.py written there) as one assignment,
-"transformer_lab", together with a copy of the package and the pinned requirements, and runs
-`nbgrader generate_assignment`: solution regions become `raise NotImplementedError()`, the hidden
-tests of the grade cells are removed, outputs are cleared, the grade cells are locked. The result
-(nbgrader's release folder) is copied to `student/`: a folder a teacher hands out as it is. The
-package sits beside the notebooks, so `import transformer_lab` works when a notebook runs there;
-the student only installs the requirements (see the README.md written into that folder).
+All of them work in an nbgrader course directory (`classroom/` by default, `--course-dir` for another);
+docs/teaching.md is the teacher's guide.
 
-`grade` takes a folder with one sub-folder per student (named by the student's id) holding that
-student's notebooks, copies them into the course directory's `submitted/`, runs
-`nbgrader autograde` (which puts the hidden tests back, runs every notebook in a fresh kernel
-with one thread, and restores the package copy from the teacher's source, so an edited package
-cannot change a grade), then writes nbgrader's own CSV export (one row per student) and a second
-CSV with the points of every student in every chapter.
+`student` makes one nbgrader assignment per chapter from the source edition (notebooks/solutions/):
+`source/NN_name/NN_name.ipynb`, then `nbgrader generate_assignment` (solution regions become
+`raise NotImplementedError()`, hidden tests go, outputs are cleared, locked cells are recorded). The
+chapters handed out so far are copied into `student/` with what a student needs to run them. It can be
+run again at any time (a typo fixed, a chapter added): nothing graded is lost, and every earlier
+release of a chapter is kept in `release_history/`.
 
-See docs/teaching.md for the whole workflow.
+`grade` grades each student's chapters with `transformer_lab.exercises.grading`: every answer runs in a
+child process where the finished versions are unavailable, on hidden cases drawn with a seed made for
+this run, and is compared in this process, which never runs a student's code. Points per case passed
+(partial credit) go into nbgrader's gradebook; `grades.csv` has a row per student with each chapter's
+points and the totals over the chapters graded so far; `grading_report.md` names every problem per
+student (tampering, calls of finished functions, misnamed, corrupt or missing notebooks, time-outs).
+One bad file never stops the others. Students are graded in parallel on the machine's cores.
+
+`feedback` writes one HTML page per student and chapter (what passed, what did not and why), without
+the teacher's paths or any copy of the package, into `feedback/<student>/<chapter>.html`.
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import csv
+import datetime as dt
+import hashlib
+import html
+import json
 import os
 import pathlib
 import re
+import secrets
 import shutil
 import subprocess
 import sys
+import threading
+import warnings
 from collections.abc import Sequence
+from typing import Any
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 COURSE_ID = "transformer_lab"
-ASSIGNMENT = "transformer_lab"
 MARKER = ".transformer_lab_student"  # marks a folder this tool made, so --out may replace it
+RESULTS = "grading"  # inside the course directory: one JSON per student and chapter
 
 NBGRADER_CONFIG = """\
 # nbgrader configuration of the transformer_lab course directory, written by tools/classroom.py.
+# No absolute path: the course directory is the folder of this file, wherever it is moved.
+import os
+
 c = get_config()  # noqa: F821
+here = os.path.dirname(os.path.abspath(__file__))
 c.CourseDirectory.course_id = {course_id!r}
-c.CourseDirectory.root = {root!r}
+c.CourseDirectory.root = here
+# The exchange: where `release_assignment` puts a chapter for students to `fetch`, and `submit` puts their
+# work for `collect`. On one machine it lives in the course directory; on a JupyterHub, set the same
+# folder (readable and writable by every user) in the system-wide /etc/jupyter/nbgrader_config.py.
+c.Exchange.root = os.path.join(here, "exchange")
+c.Exchange.path_includes_course = True
 # A chapter may train a model for a minute or two: nbgrader's default of 30 s per cell is too short.
 c.Execute.timeout = 600
-# The stub nbgrader writes in place of a solution (this is nbgrader's default, spelled out).
 c.ClearSolutions.code_stub = {{"python": "# YOUR CODE HERE\\nraise NotImplementedError()"}}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", "*.egg-info"]
@@ -55,7 +77,7 @@ c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedb
 STUDENT_README = """\
 # Transformer Lab: your copy of the course
 
-These are the chapters of the course with the exercises left for you to write.
+These are the chapters of the course your teacher has handed out so far, with the exercises left for you.
 
 ## Set up (once)
 
@@ -63,29 +85,46 @@ You need Python 3.11 or newer. In this folder:
 
     python -m venv .venv
     .venv/bin/pip install -r requirements.txt
-    .venv/bin/jupyter lab 00_start_here.ipynb
+    .venv/bin/jupyter lab
 
-(On Windows: `.venv\\Scripts\\pip` and `.venv\\Scripts\\jupyter`. Without an NVIDIA GPU, add
+(On Windows: `.venv\\\\Scripts\\\\pip` and `.venv\\\\Scripts\\\\jupyter`. Without an NVIDIA GPU, add
 `--extra-index-url https://download.pytorch.org/whl/cpu` to the pip command for a much smaller
 PyTorch.) The package `transformer_lab` is in this folder, beside the notebooks, so the notebooks
-import it from here: there is nothing else to install. Don't edit it: grading uses the teacher's copy.
+import it from here: there is nothing else to install. Editing it changes nothing in your grade: your
+answers are graded with your teacher's copy.
 
 ## The exercises
 
 Each exercise is a function whose body says `# YOUR CODE HERE` and `raise NotImplementedError()`:
-replace both with your code. The cell below it checks your function and says what is right and
-what is wrong; it never stops the notebook, so "Run All" always reaches the end, even with
-exercises left blank. `exercises.<name>.hint()` gives a hint. The cells that check your work are
-locked: the teacher's copy has more tests in them, which decide the points.
+replace both with your code. The cell below it checks your function on a few cases and says what is
+right and what is wrong; it never stops the notebook, so "Run All" always reaches the end, even with
+exercises left blank. Uncomment the lines of the help cell for hints, one step at a time{solution_sentence}
+
+## How your work is graded
+
+Your teacher grades each answer on other inputs of the same kind as the ones the check cell shows,
+so an answer that passes the check for the right reasons passes there too; each case passed earns its
+share of the exercise's points. Only your answer cells are run for grading, each exercise on its own:
+write each answer so that it works from the chapter's setup cell alone. An answer that calls the finished
+version of what it should build (the library's function, or PyTorch's) earns nothing. The cells that
+check your work are locked: keep them as they are.
 
 ## Hand in
 
-Hand in the `.ipynb` files, keeping their names, as your teacher tells you.
+Hand in the `.ipynb` files of the chapters you did, keeping their names, as your teacher tells you.
 """
 
+WITH_SOLUTIONS = ", and `exercises.<name>.solution()` for a working answer."
+WITHOUT_SOLUTIONS = (
+    "; this version has no solutions: `exercises.<name>.solution()` says so, and the checks compare with "
+    "stored answers instead."
+)
 
 HIDDEN_BEGIN, HIDDEN_END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
 SOLUTION_BEGIN, SOLUTION_END = "### BEGIN SOLUTION", "### END SOLUTION"
+STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]*$")
+
+# ------------------------------------------------------------------ notebooks and chapters
 
 
 def nbgrader_meta(cell: dict) -> dict:
@@ -107,11 +146,48 @@ def chapter_notebooks(root: pathlib.Path = ROOT) -> list[pathlib.Path]:
     return sorted((root / "notebooks" / "solutions").glob("[0-9][0-9]_*.ipynb"))
 
 
+def select_chapters(chapters: Sequence[str] | None, available: Sequence[pathlib.Path]) -> list[pathlib.Path]:
+    """The notebooks named by `chapters` ("01", "01_attention" or a path); all of them if None."""
+    if not chapters:
+        return list(available)
+    chosen = []
+    for name in chapters:
+        path = pathlib.Path(name)
+        if path.suffix == ".ipynb" and path.exists():
+            chosen.append(path)
+            continue
+        matches = [p for p in available if p.stem == name or p.name[:2] == name[:2] and len(name) == 2]
+        if len(matches) != 1:
+            known = ", ".join(p.stem for p in available)
+            raise ValueError(f"chapters: {name!r} names no single chapter; choose from {known}")
+        chosen.append(matches[0])
+    return chosen
+
+
+def read_notebook(path: pathlib.Path) -> dict[str, Any]:
+    """A notebook as a dict, or ValueError saying why it cannot be read."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path.name} is not UTF-8 text ({exc.reason})") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path.name} is not a valid notebook (broken JSON at line {exc.lineno})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
+        raise ValueError(f"{path.name} is not a notebook (no list of cells)")
+    return data
+
+
+def digest(path: pathlib.Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# ------------------------------------------------------------------ nbgrader
+
+
 def grading_env(quick: bool = True) -> dict[str, str]:
-    """The environment nbgrader and its kernels run in: one thread, and the reduced training setting."""
+    """The environment nbgrader runs in: one thread, the reduced training setting, this interpreter first."""
     env = dict(os.environ)
     env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    # nbgrader runs `alembic` (its database migrations) from PATH: put this interpreter's bin first.
     env["PATH"] = os.pathsep.join([str(pathlib.Path(sys.executable).parent), env.get("PATH", "")])
     if quick:
         env["TRANSFORMER_LAB_QUICK"] = "1"
@@ -120,12 +196,12 @@ def grading_env(quick: bool = True) -> dict[str, str]:
     return env
 
 
-def nbgrader(course_dir: pathlib.Path, *args: str, quick: bool = True) -> str:
+def nbgrader(course_dir: pathlib.Path, *args: str) -> str:
     """Run one nbgrader command in `course_dir`; return its log, raise RuntimeError with it on failure."""
     proc = subprocess.run(
         [sys.executable, "-m", "nbgrader", *args],
         cwd=course_dir,
-        env=grading_env(quick),
+        env=grading_env(),
         capture_output=True,
         text=True,
         check=False,
@@ -137,49 +213,119 @@ def nbgrader(course_dir: pathlib.Path, *args: str, quick: bool = True) -> str:
 
 
 def write_config(course_dir: pathlib.Path) -> pathlib.Path:
-    """Write the course directory's nbgrader_config.py (its root is the directory itself)."""
+    """Write the course directory's nbgrader_config.py (no absolute path in it)."""
     course_dir.mkdir(parents=True, exist_ok=True)
     path = course_dir / "nbgrader_config.py"
-    path.write_text(NBGRADER_CONFIG.format(course_id=COURSE_ID, root=str(course_dir.resolve())))
+    path.write_text(NBGRADER_CONFIG.format(course_id=COURSE_ID))
     return path
 
 
-def build_course(
-    course_dir: pathlib.Path,
-    notebooks: Sequence[pathlib.Path] | None = None,
-    assignment: str = ASSIGNMENT,
-) -> pathlib.Path:
-    """Set up an nbgrader course directory with the chapters as one assignment and generate it.
+def gradebook(course_dir: pathlib.Path):  # noqa: ANN201 - nbgrader's Gradebook
+    from nbgrader.api import Gradebook
 
-    Args:
-        course_dir: the course directory (created; an existing one is updated, its gradebook kept).
-        notebooks: the chapters to include (default: every notebooks/NN_*.ipynb).
-        assignment: the assignment's name.
+    return Gradebook(f"sqlite:///{course_dir.resolve() / 'gradebook.db'}", course_id=COURSE_ID)
 
-    Returns:
-        The release folder, `course_dir/release/<assignment>`: the student version.
-    """
-    notebooks = list(chapter_notebooks() if notebooks is None else notebooks)
-    if not notebooks:
-        raise ValueError("notebooks: no chapter notebook to generate (expected notebooks/solutions/NN_*.ipynb)")
-    course_dir = course_dir.resolve()
-    write_config(course_dir)
-    source = course_dir / "source" / assignment
-    if source.exists():
-        shutil.rmtree(source)
-    source.mkdir(parents=True)
-    for notebook in notebooks:
-        shutil.copy2(notebook, source / notebook.name)
-    shutil.copytree(
-        ROOT / "transformer_lab",
-        source / "transformer_lab",
-        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
-    )
-    shutil.copy2(ROOT / "requirements.txt", source / "requirements.txt")
-    (source / "README.md").write_text(STUDENT_README)
-    (source / MARKER).write_text("made by tools/classroom.py student\n")
-    nbgrader(course_dir, "generate_assignment", assignment, "--force")
-    return course_dir / "release" / assignment
+
+def generate_chapter(course_dir: pathlib.Path, notebook: pathlib.Path) -> str:
+    """Put one chapter into `source/` and generate its release; keep the release it replaces. Return what happened."""
+    chapter = notebook.stem
+    source = course_dir / "source" / chapter
+    target = source / notebook.name
+    release = course_dir / "release" / chapter / notebook.name
+    if target.exists() and digest(target) == digest(notebook) and release.exists():
+        return f"{chapter}: unchanged"
+    source.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(notebook, target)
+    if release.exists():  # keep every version students may have
+        history = course_dir / "release_history" / chapter
+        history.mkdir(parents=True, exist_ok=True)
+        version = digest(release)[:12]
+        if not (history / version).exists():
+            (history / version).mkdir()
+            shutil.copy2(release, history / version / notebook.name)
+    try:
+        nbgrader(course_dir, "generate_assignment", chapter, "--force")
+    except RuntimeError:
+        # nbgrader refuses to change an assignment that has submissions when a grade cell changed. The
+        # grades live in the gradebook and are computed by our grader, so write the release ourselves.
+        write_release(course_dir, notebook)
+        return f"{chapter}: regenerated (nbgrader kept its gradebook entries; release written directly)"
+    return f"{chapter}: generated"
+
+
+def write_release(course_dir: pathlib.Path, notebook: pathlib.Path) -> None:
+    """The student version of a chapter without nbgrader: stubs, no hidden tests, no outputs, locked cells kept."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import editions
+    finally:
+        sys.path.pop(0)
+    data = read_notebook(notebook)
+    for cell in data["cells"]:
+        meta = nbgrader_meta(cell)
+        text = editions.source_text(cell)
+        if meta.get("solution"):
+            text = editions.clear_solution(text, code=cell.get("cell_type") == "code")
+        if meta.get("grade") and cell.get("cell_type") == "code":
+            text = editions.clear_hidden_tests(text)
+        cell["source"] = editions.as_lines(text)
+        if cell.get("cell_type") == "code":
+            cell["outputs"], cell["execution_count"] = [], None
+    out = course_dir / "release" / notebook.stem / notebook.name
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(editions.dumps(data), encoding="utf-8")
+
+
+# ------------------------------------------------------------------ the student folder
+
+
+def needed_assets(chapters: Sequence[pathlib.Path]) -> set[str]:
+    """The package's data files the handed-out chapters use (model checkpoints, corpora)."""
+    assets = {p.name for p in (ROOT / "transformer_lab" / "assets").iterdir()}
+    fonts = {a for a in assets if a.endswith((".otf", ".txt")) and "CJK" in a}
+    used = set(fonts)
+    text = "\n".join(p.read_text(encoding="utf-8") for p in chapters)
+    if "load_shipped" in text or "dates_model" in text:
+        used.add("dates_model.pt")
+    if re.search(r"shakespeare|tang|load_corpus|CORPORA", text):
+        used |= {a for a in assets if a.endswith(".txt") and "CJK" not in a} | {"CORPORA.md"}
+    if "gpt" in text.lower():
+        used |= {a for a in assets if a.endswith(".pt") and a.startswith(("gpt", "tang", "shakespeare"))}
+    return used & assets
+
+
+def copy_package(dest: pathlib.Path, chapters: Sequence[pathlib.Path], with_solutions: bool) -> None:
+    """The package for students: without caches, without data no chapter handed out needs, and (unless
+    `with_solutions`) without the exercises' reference answers, whose checks then read stored answers."""
+    keep = needed_assets(chapters)
+
+    def ignore(folder: str, names: list[str]) -> set[str]:
+        skipped = {n for n in names if n in ("__pycache__",) or n.endswith(".pyc")}
+        if pathlib.Path(folder).name == "assets":
+            skipped |= {n for n in names if n not in keep}
+        return skipped
+
+    shutil.copytree(ROOT / "transformer_lab", dest / "transformer_lab", ignore=ignore)
+    # a teacher's own exercise modules (TRANSFORMER_LAB_EXERCISES) travel with the package
+    for folder in os.environ.get("TRANSFORMER_LAB_EXERCISES", "").split(os.pathsep):
+        for module in sorted(pathlib.Path(folder).glob("ch*.py")) if folder else []:
+            shutil.copy2(module, dest / "transformer_lab" / "exercises" / module.name)
+    if not with_solutions:
+        strip_solutions(dest / "transformer_lab")
+
+
+def strip_solutions(package: pathlib.Path) -> None:
+    """Replace every exercise's reference by stored expected results (what `check` compares with)."""
+    code = (
+        "import json, sys\n"
+        "sys.path.insert(0, {!r})\n"
+        "from transformer_lab.exercises import answers\n"
+        "print(json.dumps(answers.write_stored({!r})))\n"
+    ).format(str(package.parent), str(package / "exercises"))
+    env = dict(os.environ, PYTHONPATH=str(package.parent), OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"could not store the expected answers:\n{proc.stderr[-3000:]}")
 
 
 def make_student_folder(
@@ -187,138 +333,435 @@ def make_student_folder(
     course_dir: pathlib.Path,
     notebooks: Sequence[pathlib.Path] | None = None,
     force: bool = False,
+    with_solutions: bool = False,
 ) -> pathlib.Path:
-    """Generate the student version into `course_dir` and copy it to `out`; return `out`."""
-    if out.exists() and any(out.iterdir()):
-        if not ((out / MARKER).exists() or force):
-            raise FileExistsError(f"out: {out} exists and was not made by this tool; pass --force to replace it")
+    """Generate each chapter's assignment in `course_dir` and make the folder to hand out; return `out`."""
+    notebooks = list(chapter_notebooks() if notebooks is None else notebooks)
+    if not notebooks:
+        raise ValueError("chapters: no chapter notebook to hand out (expected notebooks/solutions/NN_*.ipynb)")
+    if out.exists() and any(out.iterdir()) and not ((out / MARKER).exists() or force):
+        raise FileExistsError(f"out: {out} exists and was not made by this tool; pass --force to replace it")
+    course_dir = course_dir.resolve()
+    write_config(course_dir)
+    for notebook in notebooks:
+        print(generate_chapter(course_dir, notebook), flush=True)
+    released = sorted((course_dir / "release").glob("*/[0-9][0-9]_*.ipynb"))
+    handed = [notebook for notebook in chapter_notebooks() if notebook.stem in {p.stem for p in released}]
+    handed += [n for n in notebooks if n not in handed]
+    if out.exists():
         shutil.rmtree(out)
-    release = build_course(course_dir, notebooks)
-    shutil.copytree(release, out, dirs_exist_ok=True)
+    out.mkdir(parents=True)
+    for path in released:
+        shutil.copy2(path, out / path.name)
+    copy_package(out, handed, with_solutions)
+    shutil.copy2(ROOT / "requirements.txt", out / "requirements.txt")
+    sentence = WITH_SOLUTIONS if with_solutions else WITHOUT_SOLUTIONS
+    (out / "README.md").write_text(STUDENT_README.format(solution_sentence=sentence))
+    (out / MARKER).write_text("made by tools/classroom.py student\n")
     return out
 
 
-STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]*$")
+# ------------------------------------------------------------------ collecting submissions
 
 
-def submitted_notebooks(folder: pathlib.Path) -> list[pathlib.Path]:
-    """A student's notebooks: NN_*.ipynb in `folder` or, if none there, in its one sub-folder."""
-    found = sorted(folder.glob("[0-9][0-9]_*.ipynb"))
-    if not found:
-        found = sorted(folder.glob("*/[0-9][0-9]_*.ipynb"))
-    return found
+def _normal(stem: str) -> str:
+    """A file stem without what browsers and copies add: " (1)", "-copy", "Copy of ", case, separators."""
+    stem = stem.lower()
+    stem = re.sub(r"^copy of ", "", stem)
+    stem = re.sub(r"[\s_-]*(\(\d+\)|copy(\s*\d+)?|-\d+|\s\d+)$", "", stem)
+    return re.sub(r"[\s_-]+", "_", stem).strip("_")
 
 
-def collect(submissions: pathlib.Path, course_dir: pathlib.Path, assignment: str = ASSIGNMENT) -> list[str]:
-    """Copy each student's notebooks into `course_dir/submitted/<student>/<assignment>/`; return the ids."""
-    students = []
+def match_chapters(files: Sequence[pathlib.Path], chapters: Sequence[str]) -> tuple[dict[str, pathlib.Path], list[str]]:
+    """Which file is which chapter: {chapter: file}, and notes on every file not named exactly."""
+    found: dict[str, pathlib.Path] = {}
+    notes: list[str] = []
+    for path in sorted(files, key=lambda p: (p.stat().st_mtime, p.name)):
+        if path.stem in chapters:
+            chapter = path.stem
+        else:
+            normal = _normal(path.stem)
+            candidates = [c for c in chapters if _normal(c) == normal] or [
+                c for c in chapters if normal[:2].isdigit() and c[:2] == normal[:2]
+            ]
+            if len(candidates) != 1:
+                notes.append(f"{path.name}: matches no chapter, not graded")
+                continue
+            chapter = candidates[0]
+            notes.append(f"{path.name}: graded as {chapter}.ipynb (misnamed)")
+        if chapter in found:
+            notes.append(
+                f"{found[chapter].name} and {path.name} are both {chapter}: the newer one, {path.name}, is graded"
+            )
+        found[chapter] = path
+    return found, notes
+
+
+def collect(
+    submissions: pathlib.Path, course_dir: pathlib.Path, chapters: Sequence[str]
+) -> tuple[dict[str, dict[str, pathlib.Path]], dict[str, list[str]]]:
+    """Each student's notebooks, copied into nbgrader's `submitted/<student>/<chapter>/`; and notes per student."""
+    students: dict[str, dict[str, pathlib.Path]] = {}
+    notes: dict[str, list[str]] = {}
+    if not submissions.is_dir():
+        raise ValueError(f"submissions: {submissions} is not a folder (expected one sub-folder per student)")
     for folder in sorted(p for p in submissions.iterdir() if p.is_dir()):
         if not STUDENT_ID.match(folder.name):
-            raise ValueError(f"submissions: {folder.name!r} is not a usable student id (letters, digits, _ . @ -)")
-        notebooks = submitted_notebooks(folder)
-        if not notebooks:
-            print(f"{folder.name}: no NN_*.ipynb notebook found, skipped", file=sys.stderr)
+            notes.setdefault(folder.name, []).append(
+                f"folder {folder.name!r} is not a usable student id (letters, digits, _ . @ -): not graded"
+            )
             continue
-        dest = course_dir / "submitted" / folder.name / assignment
-        if dest.exists():
-            shutil.rmtree(dest)
-        dest.mkdir(parents=True)
-        for notebook in notebooks:
-            shutil.copy2(notebook, dest / notebook.name)
-        students.append(folder.name)
-    if not students:
-        raise ValueError(f"submissions: no student folder with notebooks in {submissions}")
-    return students
+        files = [p for p in folder.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts]
+        found, found_notes = match_chapters(files, chapters)
+        notes.setdefault(folder.name, []).extend(found_notes)
+        if not found:
+            notes[folder.name].append("no notebook of a graded chapter found")
+        students[folder.name] = {}
+        for chapter, path in found.items():
+            dest = course_dir / "submitted" / folder.name / chapter
+            if path.resolve() == (dest / f"{chapter}.ipynb").resolve():  # nbgrader's collect put it there already
+                students[folder.name][chapter] = path
+                continue
+            if dest.exists():
+                shutil.rmtree(dest)
+            dest.mkdir(parents=True)
+            shutil.copy2(path, dest / f"{chapter}.ipynb")
+            stamp = dt.datetime.fromtimestamp(path.stat().st_mtime, dt.UTC).isoformat()
+            (dest / "timestamp.txt").write_text(stamp)
+            students[folder.name][chapter] = dest / f"{chapter}.ipynb"
+    return students, notes
 
 
-def autograde(course_dir: pathlib.Path, student: str, assignment: str = ASSIGNMENT, quick: bool = True) -> str:
-    """Autograde one student's submission (already in `submitted/`); return nbgrader's log."""
-    return nbgrader(course_dir, "autograde", assignment, "--student", student, "--force", quick=quick)
+# ------------------------------------------------------------------ grading
 
 
-def scores(course_dir: pathlib.Path, assignment: str = ASSIGNMENT) -> list[dict[str, object]]:
-    """Every grade cell of every graded submission: student, notebook, cell, score, max_score, manual."""
-    from nbgrader.api import Gradebook
-
-    rows: list[dict[str, object]] = []
-    with Gradebook(f"sqlite:///{course_dir.resolve() / 'gradebook.db'}", course_id=COURSE_ID) as gb:
-        for submission in gb.assignment_submissions(assignment):
-            for notebook in submission.notebooks:
-                for grade in notebook.grades:
-                    rows.append(
-                        {
-                            "student": submission.student.id,
-                            "notebook": notebook.name,
-                            "cell": grade.name,
-                            "score": float(grade.score),
-                            "max_score": float(grade.max_score),
-                            "needs_manual_grade": bool(grade.needs_manual_grade),
-                        }
-                    )
-    return sorted(rows, key=lambda r: (str(r["student"]), str(r["notebook"]), str(r["cell"])))
+_LOCAL = threading.local()
 
 
-def chapter_totals(rows: list[dict[str, object]]) -> dict[tuple[str, str], tuple[float, float]]:
-    """(student, notebook) -> (score, max_score), summed over grade cells."""
-    totals: dict[tuple[str, str], tuple[float, float]] = {}
-    for row in rows:
-        key = (str(row["student"]), str(row["notebook"]))
-        score, best = totals.get(key, (0.0, 0.0))
-        totals[key] = (score + float(row["score"]), best + float(row["max_score"]))  # type: ignore[arg-type]
-    return totals
+def _server():  # noqa: ANN202 - one grading server per worker thread
+    from transformer_lab.exercises.grading import Server
+
+    if getattr(_LOCAL, "server", None) is None:
+        _LOCAL.server = Server()
+        _SERVERS.append(_LOCAL.server)
+    return _LOCAL.server
 
 
-def write_chapter_csv(rows: list[dict[str, object]], path: pathlib.Path) -> None:
-    with path.open("w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["student_id", "notebook", "score", "max_score"])
-        for (student, notebook), (score, best) in sorted(chapter_totals(rows).items()):
-            writer.writerow([student, notebook, f"{score:g}", f"{best:g}"])
+_SERVERS: list[Any] = []
+
+
+def grade_one(
+    course_dir: pathlib.Path, student: str, chapter: str, path: pathlib.Path, secret: int, timeout: float
+) -> dict[str, Any]:
+    """Grade one student's chapter; return the plain record saved in `grading/<student>/<chapter>.json`."""
+    from transformer_lab.exercises.grading import grade_notebook
+
+    teacher = read_notebook(course_dir / "source" / chapter / f"{chapter}.ipynb")
+    record: dict[str, Any] = {"student": student, "chapter": chapter, "exercises": [], "problems": []}
+    try:
+        submitted = read_notebook(path)
+    except ValueError as exc:
+        record["problems"].append(f"{exc}: 0 points for this chapter")
+        submitted = None
+    if submitted is not None:
+        result = grade_notebook(teacher, submitted, chapter, secret, cell_timeout=timeout, server=_server())
+        record["problems"] += result.problems
+        for grade_id, grade in result.exercises:
+            record["exercises"].append(
+                {
+                    "grade_id": grade_id,
+                    "exercise": grade.exercise,
+                    "points": grade.points,
+                    "max_points": grade.max_points,
+                    "cases": [[ok, text] for ok, text in grade.cases],
+                }
+            )
+    # the chapter's exercises that were not graded (unreadable notebook) score 0 of their points
+    graded = {e["grade_id"] for e in record["exercises"]}
+    for cell in teacher["cells"]:
+        meta = nbgrader_meta(cell)
+        if meta.get("grade") and meta.get("grade_id") not in graded:
+            record["exercises"].append(
+                {
+                    "grade_id": meta["grade_id"],
+                    "exercise": meta["grade_id"],
+                    "points": 0.0,
+                    "max_points": float(meta.get("points", 1)),
+                    "cases": [],
+                }
+            )
+    out = course_dir / RESULTS / student / f"{chapter}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, indent=1, ensure_ascii=False))
+    return record
+
+
+def write_gradebook(course_dir: pathlib.Path, record: dict[str, Any]) -> None:
+    """Put one record's scores into nbgrader's gradebook (the grade cells' auto scores)."""
+    from nbgrader.api import MissingEntry
+
+    with gradebook(course_dir) as gb, warnings.catch_warnings():
+        # nbgrader builds a submission's rows before adding them to its session; SQLAlchemy warns about it
+        warnings.filterwarnings("ignore", message=".*not in session.*")
+        gb.update_or_create_student(record["student"])
+        gb.update_or_create_submission(record["chapter"], record["student"])
+        for exercise in record["exercises"]:
+            try:
+                grade = gb.find_grade(exercise["grade_id"], record["chapter"], record["chapter"], record["student"])
+            except MissingEntry:
+                continue  # a grade cell the gradebook does not know (added after the release): kept in our tables
+            grade.auto_score = exercise["points"]
+        gb.db.commit()
+
+
+def load_records(course_dir: pathlib.Path) -> list[dict[str, Any]]:
+    return [json.loads(path.read_text(encoding="utf-8")) for path in sorted((course_dir / RESULTS).glob("*/*.json"))]
 
 
 def grade_folder(
     submissions: pathlib.Path,
     course_dir: pathlib.Path,
-    csv_path: pathlib.Path,
-    quick: bool = True,
-) -> list[dict[str, object]]:
-    """Autograde every student in `submissions` and export the grades; return the per-cell rows."""
-    if not (course_dir / "gradebook.db").exists():
-        print(f"{course_dir}: no gradebook yet, generating the assignment first", file=sys.stderr)
-        build_course(course_dir)
-    for student in collect(submissions, course_dir):
-        print(f"{student}: autograding...", flush=True)
-        autograde(course_dir, student, quick=quick)
-    csv_path = csv_path.resolve()
-    nbgrader(course_dir, "export", "--to", str(csv_path))
-    rows = scores(course_dir)
-    chapters_path = csv_path.with_name(csv_path.stem + "_by_chapter.csv")
-    write_chapter_csv(rows, chapters_path)
-    for (student, notebook), (score, best) in sorted(chapter_totals(rows).items()):
-        print(f"{student} {notebook}: {score:g} / {best:g}")
-    print(f"grades: {csv_path} (one row per student), {chapters_path} (one row per student and chapter)")
-    return rows
+    csv_path: pathlib.Path | None = None,
+    chapters: Sequence[str] | None = None,
+    timeout: float = 10.0,
+    jobs: int | None = None,
+    secret: int | None = None,
+    write_gb: bool = True,
+) -> list[dict[str, Any]]:
+    """Grade every student's chapters in `submissions`; write the gradebook, tables and report; return the records.
+
+    `secret` seeds the hidden cases; leave it None (a new random seed each run) except in a test.
+    `write_gb=False` skips nbgrader's gradebook (a course directory `student` did not make).
+    """
+    course_dir = course_dir.resolve()
+    released = sorted(p.name for p in (course_dir / "source").glob("[0-9][0-9]_*") if p.is_dir())
+    if not released:
+        raise ValueError(f"course-dir: {course_dir} has no chapter yet: run `classroom.py student` first")
+    if chapters:
+        unknown = [c for c in chapters if not any(r == c or r[:2] == c[:2] for r in released)]
+        if unknown:
+            raise ValueError(f"chapters: {unknown} were never handed out; handed out: {released}")
+        released = [r for r in released if any(r == c or (len(c) == 2 and r[:2] == c) for c in chapters)]
+    students, notes = collect(submissions, course_dir, released)
+    if secret is None:
+        secret = secrets.randbits(62)  # hidden cases: a seed no student can know
+    jobs = jobs or max(1, min(len(os.sched_getaffinity(0)), 8))
+    tasks = [(s, c, p) for s, found in students.items() for c, p in found.items()]
+    records = []
+    try:
+        with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+            futures = {pool.submit(grade_one, course_dir, s, c, p, secret, timeout): (s, c) for s, c, p in tasks}
+            for future in concurrent.futures.as_completed(futures):
+                student, chapter = futures[future]
+                try:
+                    record = future.result()
+                except Exception as exc:  # never stop the class at one student
+                    record = {
+                        "student": student,
+                        "chapter": chapter,
+                        "exercises": [],
+                        "problems": [f"could not be graded ({type(exc).__name__}: {exc})"],
+                    }
+                records.append(record)
+                print(f"{student} {chapter}: {sum(e['points'] for e in record['exercises']):g} points", flush=True)
+    finally:
+        while _SERVERS:
+            _SERVERS.pop().close()
+        _LOCAL.server = None
+    for record in records if write_gb else []:
+        write_gradebook(course_dir, record)
+    notes_path = course_dir / RESULTS / "notes.json"
+    previous = json.loads(notes_path.read_text()) if notes_path.exists() else {}
+    for student, lines in notes.items():
+        previous[student] = lines
+    for student in students:
+        missing = [c for c in released if c not in students[student]]
+        if missing:
+            previous.setdefault(student, [])
+            previous[student] = [n for n in previous[student] if not n.startswith("not handed in")]
+            previous[student].append(f"not handed in this time: {', '.join(missing)}")
+    notes_path.parent.mkdir(parents=True, exist_ok=True)
+    notes_path.write_text(json.dumps(previous, indent=1))
+    write_tables(course_dir, csv_path or course_dir / "grades.csv")
+    return records
+
+
+def chapter_maxima(course_dir: pathlib.Path) -> dict[str, float]:
+    """Each handed-out chapter's points, from the teacher's source."""
+    maxima = {}
+    for folder in sorted((course_dir / "source").glob("[0-9][0-9]_*")):
+        data = read_notebook(folder / f"{folder.name}.ipynb")
+        maxima[folder.name] = sum(
+            float(nbgrader_meta(c).get("points", 1)) for c in data["cells"] if nbgrader_meta(c).get("grade")
+        )
+    return maxima
+
+
+def write_tables(course_dir: pathlib.Path, csv_path: pathlib.Path) -> None:
+    """grades.csv (a row per student: each chapter, total, out of the chapters graded so far), the per-chapter
+    and per-exercise tables beside it, and grading_report.md."""
+    records = load_records(course_dir)
+    maxima = chapter_maxima(course_dir)
+    graded = sorted({r["chapter"] for r in records})
+    students = sorted({r["student"] for r in records} | set(_notes(course_dir)))
+    by = {(r["student"], r["chapter"]): r for r in records}
+    csv_path.parent.mkdir(parents=True, exist_ok=True)
+    with csv_path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["student_id", *graded, "total", "max_total"])
+        for student in students:
+            points = [
+                sum(e["points"] for e in by[(student, c)]["exercises"]) if (student, c) in by else 0.0 for c in graded
+            ]
+            writer.writerow(
+                [student, *(f"{p:g}" for p in points), f"{sum(points):g}", f"{sum(maxima[c] for c in graded):g}"]
+            )
+    with csv_path.with_name(csv_path.stem + "_by_chapter.csv").open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["student_id", "chapter", "score", "max_score"])
+        for student in students:
+            for chapter in graded:
+                record = by.get((student, chapter))
+                score = sum(e["points"] for e in record["exercises"]) if record else 0.0
+                writer.writerow([student, chapter, f"{score:g}", f"{maxima[chapter]:g}"])
+    with csv_path.with_name(csv_path.stem + "_by_exercise.csv").open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["student_id", "chapter", "exercise", "cases_passed", "cases", "score", "max_score"])
+        for record in sorted(records, key=lambda r: (r["student"], r["chapter"])):
+            for e in record["exercises"]:
+                passed = sum(ok for ok, _ in e["cases"])
+                writer.writerow(
+                    [
+                        record["student"],
+                        record["chapter"],
+                        e["exercise"],
+                        passed,
+                        len(e["cases"]),
+                        f"{e['points']:g}",
+                        f"{e['max_points']:g}",
+                    ]
+                )
+    write_report(course_dir, records, students)
+
+
+def _notes(course_dir: pathlib.Path) -> dict[str, list[str]]:
+    path = course_dir / RESULTS / "notes.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def write_report(course_dir: pathlib.Path, records: list[dict[str, Any]], students: Sequence[str]) -> pathlib.Path:
+    """grading_report.md: every problem of every student, one section each; honest students have none."""
+    notes = _notes(course_dir)
+    lines = [
+        "# Grading report",
+        "",
+        "Every problem the grader saw, per student. A student with none is not listed below.",
+        "",
+    ]
+    clean = []
+    for student in students:
+        problems = [f"- {n}" for n in notes.get(student, []) if not n.startswith("not handed in")]
+        missing = [n for n in notes.get(student, []) if n.startswith("not handed in")]
+        for record in sorted((r for r in records if r["student"] == student), key=lambda r: r["chapter"]):
+            problems += [f"- {record['chapter']}: {p}" for p in record["problems"]]
+        if problems:
+            lines += [f"## {student}", "", *problems, *([f"- ({missing[0]})"] if missing else []), ""]
+        else:
+            clean.append(student + (f" ({missing[0]})" if missing else ""))
+    lines += ["## No problem", "", *(f"- {s}" for s in clean), ""]
+    path = course_dir / "grading_report.md"
+    path.write_text("\n".join(lines))
+    return path
+
+
+# ------------------------------------------------------------------ feedback
+
+FEEDBACK_STYLE = (
+    "body{font-family:sans-serif;max-width:50em;margin:2em auto;line-height:1.4}"
+    ".ok{color:#1a7f37}.no{color:#cf222e}td,th{padding:.2em .6em;text-align:left;vertical-align:top}"
+)
+
+
+def feedback(course_dir: pathlib.Path, out: pathlib.Path) -> list[pathlib.Path]:
+    """One HTML page per student and chapter: points, and each case passed or not with the reason."""
+    written = []
+    for record in load_records(course_dir):
+        body = [f"<h1>{html.escape(record['chapter'])}: your feedback</h1>"]
+        total = sum(e["points"] for e in record["exercises"])
+        most = sum(e["max_points"] for e in record["exercises"])
+        body.append(
+            f"<p><b>{total:g} of {most:g} points.</b> Each exercise was run on inputs of the same kind as "
+            "its check cell shows; each case passed earns its share of the points.</p>"
+        )
+        for problem in record["problems"]:
+            body.append(f"<p class='no'>Note: {html.escape(_public(problem))}</p>")
+        for e in record["exercises"]:
+            body.append(f"<h2>{html.escape(e['exercise'])}: {e['points']:g} of {e['max_points']:g}</h2><table>")
+            for ok, text in e["cases"]:
+                mark = "<span class='ok'>✓</span>" if ok else "<span class='no'>✗</span>"
+                body.append(f"<tr><td>{mark}</td><td>{html.escape(_public(text))}</td></tr>")
+            if not e["cases"]:
+                body.append("<tr><td></td><td>not graded: see the note above</td></tr>")
+            body.append("</table>")
+        page = f"<!doctype html><meta charset='utf-8'><title>{html.escape(record['chapter'])}</title>"
+        page += f"<style>{FEEDBACK_STYLE}</style>" + "\n".join(body)
+        # nbgrader's layout, so that `nbgrader release_feedback` can hand the pages back through the exchange
+        path = out / record["student"] / record["chapter"] / f"{record['chapter']}.html"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(page, encoding="utf-8")
+        # what `nbgrader release_feedback` reads to address the page to the student's own submission
+        submitted = course_dir / "submitted" / record["student"] / record["chapter"]
+        for name in ("timestamp.txt", "submission_secret.txt"):
+            if (submitted / name).exists():
+                shutil.copy2(submitted / name, path.parent / name)
+        written.append(path)
+    return written
+
+
+def _public(text: str) -> str:
+    """A message without file-system paths (a student reads it)."""
+    return re.sub(r"(/[\w.@+-]+){2,}/?", "<path>", text)
+
+
+# ------------------------------------------------------------------ command line
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--course-dir", type=pathlib.Path, default=ROOT / "classroom", help="nbgrader course dir")
     commands = parser.add_subparsers(dest="command", required=True)
-    student = commands.add_parser("student", help="make the student versions of all chapters")
+    student = commands.add_parser("student", help="make the student version of some or all chapters")
+    student.add_argument("--chapters", nargs="*", help="chapters to hand out, e.g. 01 02 (default: all)")
     student.add_argument("--out", type=pathlib.Path, default=ROOT / "student", help="folder to hand out")
-    student.add_argument("--course-dir", type=pathlib.Path, default=ROOT / "classroom", help="nbgrader course dir")
     student.add_argument("--force", action="store_true", help="replace --out even if this tool did not make it")
-    grade = commands.add_parser("grade", help="autograde a folder of submissions and export the grades")
+    student.add_argument("--with-solutions", action="store_true", help="keep solution() and the references")
+    grade = commands.add_parser("grade", help="grade a folder of submissions")
     grade.add_argument("submissions", type=pathlib.Path, help="one sub-folder per student id with the notebooks")
-    grade.add_argument("--course-dir", type=pathlib.Path, default=ROOT / "classroom", help="nbgrader course dir")
-    grade.add_argument("--csv", type=pathlib.Path, default=pathlib.Path("grades.csv"), help="where to write grades")
-    grade.add_argument("--full", action="store_true", help="run the chapters' full training (default: quick)")
+    grade.add_argument("--chapters", nargs="*", help="grade only these chapters")
+    grade.add_argument("--csv", type=pathlib.Path, default=None, help="grade table (default: COURSE_DIR/grades.csv)")
+    grade.add_argument("--timeout", type=float, default=10.0, help="seconds per answer cell and per case")
+    grade.add_argument("--jobs", type=int, default=None, help="parallel graders (default: the cores)")
+    fb = commands.add_parser("feedback", help="HTML feedback per student and chapter")
+    fb.add_argument("--out", type=pathlib.Path, default=None, help="default: COURSE_DIR/feedback")
+    commands.add_parser("report", help="rewrite the grade tables and the report from the stored grades")
     args = parser.parse_args(argv)
+    course_dir = args.course_dir.resolve()
     if args.command == "student":
-        out = make_student_folder(args.out, args.course_dir.resolve(), force=args.force)
+        chosen = select_chapters(args.chapters, chapter_notebooks())
+        out = make_student_folder(args.out, course_dir, chosen, force=args.force, with_solutions=args.with_solutions)
         names = sorted(p.name for p in out.glob("*.ipynb"))
-        print(f"student version of {len(names)} chapters in {out} (nbgrader course directory: {args.course_dir})")
+        print(f"student version of {len(names)} chapters in {out} (course directory: {course_dir})")
+    elif args.command == "grade":
+        if args.timeout <= 0:
+            parser.error("--timeout must be a positive number of seconds")
+        grade_folder(args.submissions, course_dir, args.csv, args.chapters, args.timeout, args.jobs)
+        print(f"grades: {args.csv or course_dir / 'grades.csv'}; problems: {course_dir / 'grading_report.md'}")
+    elif args.command == "feedback":
+        written = feedback(course_dir, args.out or course_dir / "feedback")
+        print(f"{len(written)} feedback pages in {args.out or course_dir / 'feedback'}")
     else:
-        grade_folder(args.submissions, args.course_dir.resolve(), args.csv, quick=not args.full)
+        write_tables(course_dir, course_dir / "grades.csv")
+        print(f"grades: {course_dir / 'grades.csv'}; problems: {course_dir / 'grading_report.md'}")
     return 0
 
 

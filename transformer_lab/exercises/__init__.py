@@ -13,11 +13,18 @@ checker accepts its reference solution and rejects its known-wrong ones).
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 
 from transformer_lab.exercises.core import Case, CheckResult, Exercise, compare
 
-__all__ = ["Case", "CheckResult", "Exercise", "compare", "all_exercises"]
+__all__ = ["Case", "CheckResult", "Exercise", "compare", "all_exercises", "EXTRA_PATH_VARIABLE"]
+
+#: A teacher's own exercise modules can live outside the package: the folders named in this variable
+#: (separated like PATH) are searched too, so `from transformer_lab.exercises import ch11_mine as exercises`
+#: finds `ch11_mine.py` there (docs/exercises.md, "An exercise of your own").
+EXTRA_PATH_VARIABLE = "TRANSFORMER_LAB_EXERCISES"
+__path__ += [folder for folder in os.environ.get(EXTRA_PATH_VARIABLE, "").split(os.pathsep) if folder]  # noqa: PLE0605
 
 
 def all_exercises() -> dict[str, Exercise]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import math
+import pathlib
 import random
 import re
 import sys
@@ -433,9 +434,9 @@ class Exercise:
             result.lines.append((False, f"expected a function, got {_type_name(candidate)}"))
             return result
         with _same_random_state():
-            for case in self.cases:
+            for index, case in enumerate(self.cases):
                 try:
-                    problem = self._run_case(candidate, case, result)
+                    problem = self._run_case(candidate, case, result, index)
                 except Exception as exc:  # a failure of the comparison itself on an exotic result
                     problem = f"could not be compared ({type(exc).__name__}: {exc})"
                 if result.not_done:
@@ -458,7 +459,7 @@ class Exercise:
                 raise _Stop(f"{type(exc).__name__}({exc})") from None
         return got, seen
 
-    def _run_case(self, candidate: Callable[..., Any], case: Case, result: CheckResult) -> str | None:
+    def _run_case(self, candidate: Callable[..., Any], case: Case, result: CheckResult, index: int = 0) -> str | None:
         inputs = case.inputs()
         before = _snapshot(inputs)
         try:
@@ -481,7 +482,11 @@ class Exercise:
             return f"should raise {case.raises.__name__} for this input, but returned normally"
         if _changed(before, inputs):
             return "changed its input tensor in place; compute a new tensor instead"
-        expected = self._run(self.reference, *case.inputs())
+        stored = _stored_answers().get(self._key)
+        if stored is not None:  # a student version without the references (exercises/answers.py)
+            expected = stored[index]
+        else:
+            expected = self._run(self.reference, *case.inputs())
         problem = compare(got, expected, case.atol, case.rtol)
         if problem is not None and self.kind == "predict":
             return self._explain_wrong(got)
@@ -541,7 +546,16 @@ class Exercise:
         """Print a working answer: the reference's source, under the learner's function name."""
         print(self.solution_source())
 
+    @property
+    def _key(self) -> str:
+        return f"{self.reference.__module__.rsplit('.', 1)[-1]}.{self.name}"
+
     def solution_source(self) -> str:
+        if _stored_answers():
+            return (
+                f"This version of the course has no solutions (your teacher made it without them): "
+                f"the hints, exercises.{self.name}.hint(1) to hint({len(self.hints)}), are there to help."
+            )
         source = textwrap.dedent(inspect.getsource(self.reference))
         source = re.sub(r"^def \w+\(", f"def {self.name}(", source, count=1, flags=re.M)
         if self.why:
@@ -568,6 +582,18 @@ class Exercise:
 
     def __repr__(self) -> str:
         return f"Exercise({self.name!r}, {self.level}, {self.kind}, {len(self.cases)} cases)"
+
+
+_STORED: dict[str, Any] | None = None
+
+
+def _stored_answers() -> dict[str, Any]:
+    """The expected results a student version without references stores beside this file ({} otherwise)."""
+    global _STORED
+    if _STORED is None:
+        path = pathlib.Path(__file__).with_name("expected.pt")
+        _STORED = torch.load(path, weights_only=True) if path.exists() else {}
+    return _STORED
 
 
 def _needs_grad(inputs: tuple[Any, ...]) -> bool:

@@ -1,0 +1,106 @@
+"""A student version without the answers: expected results stored with the cases, references removed.
+
+A teacher who grades the exercises may hand out the course without `solution()` and without the
+exercises' reference code (`python tools/classroom.py student`, the default; `--with-solutions` keeps
+them). `write_stored(folder)` runs, in the student's copy of this package, once when the copy is made:
+
+1. it computes every exercise's expected result on each visible case with the reference and stores them
+   in `expected.pt` beside this file (plain tensors and numbers, read with `weights_only=True`);
+2. it rewrites each chapter module so that the functions named as an exercise's `reference=` keep their
+   signature and docstring but have no body (they raise if called).
+
+The checks then compare with the stored results (`Exercise` reads `expected.pt` when it is present), so
+every visible check works as before; `solution()` says that this version has none. Wrong answers, hints
+and the cases themselves stay: they give nothing away that the check cell does not already show.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import pathlib
+import pkgutil
+from typing import Any
+
+import torch
+
+STORE = "expected.pt"
+REMOVED = "the reference answer is not in the student version of the course"
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu().clone()
+    if isinstance(value, torch.Size):
+        return tuple(value)
+    if isinstance(value, tuple):
+        return tuple(_plain(v) for v in value)
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+def _reference_names(tree: ast.Module) -> set[str]:
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Exercise":
+            for keyword in node.keywords:
+                if keyword.arg == "reference" and isinstance(keyword.value, ast.Name):
+                    names.add(keyword.value.id)
+            if len(node.args) >= 2 and isinstance(node.args[1], ast.Name):
+                names.add(node.args[1].id)
+    return names
+
+
+def strip_module(source: str) -> str:
+    """The module's source with every reference function's body replaced by a `raise`."""
+    tree = ast.parse(source)
+    names = _reference_names(tree)
+    lines = source.splitlines(keepends=True)
+    for node in sorted(
+        (n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in names),
+        key=lambda n: n.lineno,
+        reverse=True,
+    ):
+        body = node.body
+        first = 1 if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) else 0
+        start = body[first].lineno if first < len(body) else node.end_lineno + 1
+        end = node.end_lineno
+        indent = " " * (node.col_offset + 4)
+        replacement = [f"{indent}raise NotImplementedError({REMOVED!r})\n"]
+        if first < len(body):
+            lines[start - 1 : end] = replacement
+        else:  # a body that is only a docstring: add the raise after it
+            lines[end:end] = replacement
+    return "".join(lines)
+
+
+def write_stored(folder: str) -> dict[str, int]:
+    """Store the expected results of every exercise in `folder`'s package, then strip the references."""
+    from transformer_lab.exercises.core import Exercise
+
+    package = pathlib.Path(folder)
+    expected: dict[str, list[Any]] = {}
+    modules = []
+    for info in pkgutil.iter_modules([str(package)]):
+        if not info.name.startswith("ch"):
+            continue
+        module = importlib.import_module(f"transformer_lab.exercises.{info.name}")
+        modules.append((info.name, module))
+        for value in vars(module).values():
+            if isinstance(value, Exercise):
+                results = []
+                for case in value.cases:
+                    try:
+                        with torch.no_grad():
+                            results.append(_plain(value._run(value.reference, *case.inputs())))
+                    except Exception as exc:  # a case that expects an error: store its type's name
+                        results.append({"__raises__": type(exc).__name__})
+                expected[f"{info.name}.{value.name}"] = results
+    torch.save(expected, package / STORE)
+    for name, _ in modules:
+        path = package / f"{name}.py"
+        path.write_text(strip_module(path.read_text(encoding="utf-8")), encoding="utf-8")
+    return {"exercises": len(expected), "modules": len(modules)}
