@@ -269,7 +269,7 @@ def _layer_norm(x: Tensor, gamma: Tensor, beta: Tensor, eps: float = 1e-5) -> Te
     return gamma * x_hat + beta  # (..., D): gamma and beta are (D,) vectors
 
 
-def notes_layer_norm(x: Tensor, a_2: Tensor, b_2: Tensor, eps: float = 1e-5) -> Tensor:
+def notes_layer_norm(x: Tensor, a_2: Tensor, b_2: Tensor, eps: float = 1e-6) -> Tensor:
     """Notes 000/003's LayerNorm.forward (re-indented), in a few lines: the exercise's starting point."""
     mean = x.mean(-1, keepdim=True)
     std = x.std(-1, keepdim=True)
@@ -463,7 +463,7 @@ rms_norm = Exercise(
     shortcuts=[_rms_with_functional, _rms_with_torch_alias, _rms_with_module],
     why=(
         "RMSNorm (Zhang and Sennrich, 2019; used by LLaMA and most recent decoder-only models) skips the mean: one "
-        "reduction instead of two and no beta. On vectors whose mean is 0 it equals LayerNorm without beta; the next "
-        "cell compares both with PyTorch's nn.RMSNorm."
+        "reduction instead of two and no beta. On vectors whose mean is 0 it equals LayerNorm without beta, as the "
+        "next cell shows with PyTorch's nn.RMSNorm."
     ),
 )
