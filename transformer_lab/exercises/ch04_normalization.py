@@ -1,201 +1,469 @@
-"""Exercises of chapter 04 (normalization): LayerNorm from scratch, BatchNorm's statistics over a
-padded batch, and BatchNorm's running statistics.
+"""Exercises of chapter 04, normalization (归一化): notebooks/04_normalization.ipynb.
 
-Shape legend: B batch, T sequence length, D features.
+1. `predict_batch_norm_dims`: the dims `nn.BatchNorm1d` averages over in its (B, D, T) layout (easy, predict).
+2. `masked_batch_norm`: BatchNorm in training mode whose statistics skip the padding (medium, build).
+3. `predict_eval_output`: one training batch, then eval mode: what comes out for one token (medium, predict).
+4. `layer_norm`: notes 000/003's LayerNorm fixed (unbiased `x.std`, `std + eps`) (medium, debug the notes).
+5. `rms_norm`: RMSNorm, LayerNorm without the mean, safe in float16 (harder, transfer).
+
+Shape legend: B batch, T sequence length, D features (d_model).
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+from typing import Any
+
 import torch
-from torch import Tensor
+import torch.nn.functional as F
+from torch import Tensor, nn
 
 from transformer_lab.exercises.core import Case, Exercise
+from transformer_lab.normalization import (
+    BatchNorm,
+    LayerNorm,
+    _masked_feature_statistics,
+    batch_norm_statistics,
+    layer_norm_statistics,
+)
 
-__all__ = ["layer_norm", "masked_feature_statistics", "update_running_statistics"]
+__all__ = ["predict_batch_norm_dims", "masked_batch_norm", "predict_eval_output", "layer_norm", "rms_norm"]
 
 
 def _generator(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-# --- 1. LayerNorm from scratch -------------------------------------------------------------------
+# --- 1. predict: which dims nn.BatchNorm1d averages over --------------------------------------------
 
 
-def _layer_norm(x: Tensor, gamma: Tensor, beta: Tensor, eps: float = 1e-5) -> Tensor:
-    """Normalize each vector over its last axis, then scale by gamma and shift by beta."""
-    mean = x.mean(dim=-1, keepdim=True)  # (..., 1)
-    var = x.var(dim=-1, keepdim=True, unbiased=False)  # (..., 1): divide by D, not D - 1
-    return (x - mean) / torch.sqrt(var + eps) * gamma + beta  # (..., D)
+def _batch_norm_dims_reference() -> tuple[int, ...]:
+    return (0, 2)  # (B, D, T): every dim except the features (dim 1), i.e. the batch and the positions
 
 
-def _ln_inputs(shape: tuple[int, ...], seed: int, offset: float = 0.0) -> tuple[Tensor, Tensor, Tensor, float]:
+def _as_dims(value: Any) -> Any:
+    """A learner's dims in one spelling: sorted, negative dims of a 3-d tensor made positive."""
+    try:
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = (value,)
+        if isinstance(value, (tuple, list)) and all(isinstance(d, int) and not isinstance(d, bool) for d in value):
+            if all(-3 <= d < 3 for d in value):
+                return tuple(sorted({d % 3 for d in value}))
+    except Exception:  # an exotic value is compared as it is
+        pass
+    return value
+
+
+predict_batch_norm_dims = Exercise(
+    "predict_batch_norm_dims",
+    reference=_batch_norm_dims_reference,
+    cases=[Case("the dims nn.BatchNorm1d averages over for an input laid out as (B, D, T)", lambda: ())],
+    hints=[
+        "BatchNorm keeps one statistic per feature. So the feature axis is the one dim it does NOT average over.",
+        "In the (B, D, T) layout, dim 0 is the batch, dim 1 the features, dim 2 the positions.",
+        "Average over every dim except the feature dim: list the other two.",
+    ],
+    level="easy",
+    kind="predict",
+    run=lambda candidate: _as_dims(candidate()),
+    wrong=[lambda: (0, 1), lambda: (1,), lambda: (2,), lambda: (0,), lambda: (0, 1, 2)],
+    why=(
+        "(0, 2): every dim except the features. nn.BatchNorm1d keeps dim 1 (its 'channels', here D) and averages over "
+        "the batch and the positions. In our (B, T, D) layout the same statistics are dims (0, 1), as the next cell "
+        "shows; that is why section 2 transposes x before calling nn.BatchNorm1d."
+    ),
+    explain={
+        (0, 1): "in (B, D, T), dim 1 holds the FEATURES: averaging over it mixes the features into one number. "
+        "Which dim holds the positions here?",
+        (1,): "that averages each token over its own features: LayerNorm's axis in this layout, not BatchNorm's.",
+        (2,): "that averages each sequence over its positions alone, one statistic per (sentence, feature): that is "
+        "InstanceNorm. BatchNorm also averages across the batch.",
+        (0,): "that averages over the batch at each position separately: one statistic per (position, feature), the "
+        "'per time step' BatchNorm of RNNs (section 4). nn.BatchNorm1d pools the positions too.",
+        (0, 1, 2): "that gives one number for the whole batch; BatchNorm keeps one statistic per feature.",
+    },
+)
+
+
+# --- 2. build: BatchNorm whose statistics skip the padding -------------------------------------------
+
+
+def _masked_batch_norm(x: Tensor, mask: Tensor, gamma: Tensor, beta: Tensor, eps: float = 1e-5) -> Tensor:
+    """Training-mode BatchNorm of a padded (B, T, D) batch, statistics over the real tokens (mask True)."""
+    real = x[mask]  # (N, D): the N real tokens of the whole batch, padding dropped
+    mean = real.sum(dim=0) / real.shape[0]  # (D,): one mean per feature
+    var = ((real - mean) ** 2).sum(dim=0) / real.shape[0]  # (D,): biased, divide by N
+    x_hat = (x - mean) / torch.sqrt(var + eps)  # (B, T, D): every position, padding too, with those statistics
+    return x_hat * gamma + beta  # (B, T, D)
+
+
+def _padded_batch(
+    lengths: list[int], t: int, d: int, seed: int, pad_value: float = 50.0
+) -> tuple[Tensor, Tensor, Tensor, Tensor, float]:
     g = _generator(seed)
-    d = shape[-1]
-    x = torch.randn(*shape, generator=g) * 3.0 + offset
-    return x, 1.0 + 0.5 * torch.randn(d, generator=g), 0.5 * torch.randn(d, generator=g), 1e-5
+    x = torch.randn(len(lengths), t, d, generator=g) * 2.0 + torch.linspace(-1, 1, d)  # (B, T, D)
+    mask = torch.arange(t) < torch.tensor(lengths).unsqueeze(1)  # (B, T), True = real token
+    x = x.masked_fill(~mask.unsqueeze(-1), pad_value)  # padded vectors far from the rest
+    gamma, beta = 1.0 + 0.5 * torch.randn(d, generator=g), 0.5 * torch.randn(d, generator=g)
+    return x, mask, gamma, beta, 1e-5
 
 
-def _ln_notes(x: Tensor, gamma: Tensor, beta: Tensor, eps: float = 1e-5) -> Tensor:
-    # notes 000/003: unbiased std, and eps added to the std
-    return gamma * (x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True) + eps) + beta
-
-
-def _ln_wrong_axis(x: Tensor, gamma: Tensor, beta: Tensor, eps: float = 1e-5) -> Tensor:
-    mean = x.mean(dim=0, keepdim=True)
-    var = x.var(dim=0, keepdim=True, unbiased=False)
+def _mbn_counting_padding(x, mask, gamma, beta, eps=1e-5):  # noqa: ANN001, ANN202
+    flat = x.reshape(-1, x.shape[-1])  # every position, padding included (what nn.BatchNorm1d does)
+    mean, var = flat.mean(0), flat.var(0, unbiased=False)
     return (x - mean) / torch.sqrt(var + eps) * gamma + beta
 
 
-def _ln_no_affine(x: Tensor, gamma: Tensor, beta: Tensor, eps: float = 1e-5) -> Tensor:
-    mean = x.mean(dim=-1, keepdim=True)
-    return (x - mean) / torch.sqrt(x.var(dim=-1, keepdim=True, unbiased=False) + eps)
+def _mbn_unbiased(x, mask, gamma, beta, eps=1e-5):  # noqa: ANN001, ANN202
+    real = x[mask]
+    mean, var = real.mean(0), real.var(0)  # divides by N - 1
+    return (x - mean) / torch.sqrt(var + eps) * gamma + beta
+
+
+def _mbn_per_token(x, mask, gamma, beta, eps=1e-5):  # noqa: ANN001, ANN202
+    mean, var = x.mean(-1, keepdim=True), x.var(-1, keepdim=True, unbiased=False)  # LayerNorm's axis
+    return (x - mean) / torch.sqrt(var + eps) * gamma + beta
+
+
+def _mbn_per_position(x, mask, gamma, beta, eps=1e-5):  # noqa: ANN001, ANN202
+    keep = mask.unsqueeze(-1).to(x.dtype)  # (B, T, 1)
+    n = keep.sum(0).clamp_min(1)  # (T, 1): real tokens at each position
+    mean = (x * keep).sum(0) / n  # (T, D): one mean per position and feature
+    var = (((x - mean) ** 2) * keep).sum(0) / n
+    return (x - mean) / torch.sqrt(var + eps) * gamma + beta
+
+
+def _mbn_zero_padding(x, mask, gamma, beta, eps=1e-5):  # noqa: ANN001, ANN202
+    real = x[mask]
+    mean, var = real.mean(0), real.var(0, unbiased=False)
+    out = (x - mean) / torch.sqrt(var + eps) * gamma + beta
+    return out * mask.unsqueeze(-1)  # padded positions set to 0: not what was asked
+
+
+def _mbn_with_library_module(x, mask, gamma, beta, eps=1e-5):  # noqa: ANN001, ANN202
+    bn = BatchNorm(x.shape[-1], eps=eps)
+    with torch.no_grad():
+        bn.weight.copy_(gamma), bn.bias.copy_(beta)
+    return bn(x, mask)
+
+
+def _mbn_with_library_statistics(x, mask, gamma, beta, eps=1e-5):  # noqa: ANN001, ANN202
+    mean, var = batch_norm_statistics(x, mask)
+    return (x - mean) / torch.sqrt(var + eps) * gamma + beta
+
+
+def _mbn_with_functional(x, mask, gamma, beta, eps=1e-5):  # noqa: ANN001, ANN202
+    real = x[mask]
+    mean, var = real.mean(0), ((real - real.mean(0)) ** 2).mean(0)
+    stats = F.batch_norm(x.transpose(1, 2), mean, var, gamma, beta, training=False, eps=eps)  # (B, D, T)
+    return stats.transpose(1, 2)
+
+
+masked_batch_norm = Exercise(
+    "masked_batch_norm",
+    reference=_masked_batch_norm,
+    cases=[
+        Case("a batch without padding", lambda: _padded_batch([4, 4, 4], 4, 5, 0)),
+        Case("a padded batch (the padded vectors hold 50.0)", lambda: _padded_batch([5, 2, 3], 5, 6, 1)),
+        Case("one long sentence and much padding", lambda: _padded_batch([6, 1, 1, 1], 6, 3, 2)),
+        Case("a batch of one sentence", lambda: _padded_batch([3], 5, 4, 3)),
+    ],
+    hints=[
+        "BatchNorm has one mean and one variance per feature, shape (D,), taken over every REAL token of the batch "
+        "(all sentences, all positions). The padded vectors must not enter them.",
+        "x[mask] keeps the real tokens as an (N, D) matrix. Average over its dim 0; for the variance divide by N "
+        "(biased), as in section 1.",
+        "With mean and var of shape (D,), (x - mean) / torch.sqrt(var + eps) broadcasts over the whole (B, T, D) "
+        "batch, padded positions included; then scale by gamma and shift by beta.",
+    ],
+    level="medium",
+    kind="build",
+    wrong=[_mbn_counting_padding, _mbn_unbiased, _mbn_per_token, _mbn_per_position, _mbn_zero_padding],
+    forbidden=[
+        "batch_norm",
+        BatchNorm,
+        nn.BatchNorm1d,
+        batch_norm_statistics,
+        _masked_feature_statistics,
+    ],
+    shortcuts=[_mbn_with_library_module, _mbn_with_library_statistics, _mbn_with_functional],
+)
+
+
+# --- 3. predict: train mode, then eval mode ----------------------------------------------------------
+
+
+def _eval_output_reference() -> float:
+    values = torch.tensor([2.0, 4.0, 6.0, 8.0], dtype=torch.float64)  # the batch's four real tokens, one feature
+    momentum, eps = 0.1, 1e-5
+    batch_mean = values.mean()  # 5
+    unbiased_var = ((values - batch_mean) ** 2).sum() / (len(values) - 1)  # 20 / 3: the running var is unbiased
+    running_mean = (1 - momentum) * 0.0 + momentum * batch_mean  # starts at 0 -> 0.5
+    running_var = (1 - momentum) * 1.0 + momentum * unbiased_var  # starts at 1 -> 1.5667
+    return round(float((8.0 - running_mean) / torch.sqrt(running_var + eps)), 2)  # eval mode: running estimates
+
+
+def _as_number(value: Any) -> Any:
+    """A learner's number rounded to two decimals (a 1-element tensor counts); anything else as it is."""
+    try:
+        if isinstance(value, Tensor) and value.numel() == 1 and not value.is_complex() and value.device.type == "cpu":
+            value = value.item()
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            return round(float(value), 2)
+    except Exception:  # an exotic value is compared as it is
+        pass
+    return value
+
+
+predict_eval_output = Exercise(
+    "predict_eval_output",
+    reference=_eval_output_reference,
+    cases=[Case("your number for bn's eval-mode output at the token holding 8", lambda: ())],
+    hints=[
+        "In eval mode BatchNorm normalizes with its RUNNING estimates, not with the batch's statistics. So first work "
+        "out what the one training batch did to running_mean and running_var.",
+        "running = (1 - momentum) * running + momentum * batch value, starting from running_mean 0 and running_var 1. "
+        "The batch value for the variance is the unbiased one: the squared deviations from 5 add up to 20; divide "
+        "by N - 1 = 3.",
+        "running_mean = 0.5 and running_var = 0.9 + 0.1 * 20 / 3. The output is (8 - running_mean) / "
+        "sqrt(running_var + eps), with gamma 1 and beta 0.",
+    ],
+    level="medium",
+    kind="predict",
+    run=lambda candidate: _as_number(candidate()),
+    wrong=[lambda: 1.34, lambda: 8.0, lambda: 7.5, lambda: 6.34, lambda: 1.42, lambda: 3.35],
+    why=(
+        "The training step moved running_mean from 0 to 0.5 and running_var from 1 to 0.9 + 0.1 * 20/3 = 1.567, so "
+        "eval mode gives (8 - 0.5) / sqrt(1.567) = 5.99, while training mode gave (8 - 5) / sqrt(5) = 1.34 for the "
+        "same token: the same input, two outputs. A real model's running estimates converge to the data's "
+        "statistics after many batches, but they are never the statistics of the batch in hand."
+    ),
+    explain={
+        1.34: "that is the TRAINING-mode output, (8 - 5) / sqrt(5), with the batch's own mean and variance. In eval "
+        "mode BatchNorm does not look at the batch's statistics.",
+        8.0: "that is what a FRESH BatchNorm outputs in eval mode (running mean 0, running variance 1). But the "
+        "training batch updated both estimates first.",
+        7.5: "the running mean moved to 0.5, right; the running variance moved too (it started at 1).",
+        6.34: "close: you blended the biased variance 20/4 = 5. The running estimate stores the unbiased variance "
+        "(divide by N - 1 = 3), as nn.BatchNorm1d does.",
+        1.42: "momentum is the weight of the NEW batch (0.1), not of the old estimate: running = 0.9 * old + 0.1 * "
+        "batch.",
+        3.35: "eval mode uses the running VARIANCE too, not the batch's variance 5.",
+        2.9: "eval mode uses the running variance (blended from 1 with momentum 0.1), not the batch's 20/3.",
+        9.19: "the running variance starts at 1, not 0: running_var = 0.9 * 1 + 0.1 * 20/3.",
+        1.16: "that uses the batch's own mean 5 and unbiased variance 20/3: eval mode uses the running estimates.",
+        2.4: "the running variance, right, but the batch's mean 5: eval mode uses the running mean too.",
+    },
+)
+
+
+# --- 4. debug the notes: LayerNorm with the biased variance, eps under the root ----------------------
+
+
+def _layer_norm(x: Tensor, gamma: Tensor, beta: Tensor, eps: float = 1e-5) -> Tensor:
+    """LayerNorm over the last axis, as nn.LayerNorm: biased variance, eps under the square root."""
+    mean = x.mean(dim=-1, keepdim=True)  # (..., 1)
+    var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)  # (..., 1): biased, divide by D (not D - 1)
+    x_hat = (x - mean) / torch.sqrt(var + eps)  # (..., D): eps added to the variance, under the root
+    return gamma * x_hat + beta  # (..., D): gamma and beta are (D,) vectors
+
+
+def notes_layer_norm(x: Tensor, a_2: Tensor, b_2: Tensor, eps: float = 1e-6) -> Tensor:
+    """Notes 000/003's LayerNorm.forward (re-indented), in a few lines: the exercise's starting point."""
+    mean = x.mean(-1, keepdim=True)
+    std = x.std(-1, keepdim=True)
+    return a_2 * (x - mean) / (std + eps) + b_2
+
+
+def _ln_unbiased_under_root(x, gamma, beta, eps=1e-5):  # noqa: ANN001, ANN202
+    mean = x.mean(-1, keepdim=True)
+    return gamma * (x - mean) / torch.sqrt(x.var(-1, keepdim=True) + eps) + beta  # only the eps fixed
+
+
+def _ln_biased_plus_eps(x, gamma, beta, eps=1e-5):  # noqa: ANN001, ANN202
+    mean = x.mean(-1, keepdim=True)
+    return gamma * (x - mean) / (x.std(-1, keepdim=True, unbiased=False) + eps) + beta  # only the N fixed
+
+
+def _ln_wrong_axis(x, gamma, beta, eps=1e-5):  # noqa: ANN001, ANN202
+    mean, var = x.mean(0, keepdim=True), x.var(0, keepdim=True, unbiased=False)
+    return gamma * (x - mean) / torch.sqrt(var + eps) + beta
+
+
+def _ln_no_affine(x, gamma, beta, eps=1e-5):  # noqa: ANN001, ANN202
+    mean = x.mean(-1, keepdim=True)
+    return (x - mean) / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + eps)
+
+
+def _ln_with_functional(x, gamma, beta, eps=1e-5):  # noqa: ANN001, ANN202
+    return F.layer_norm(x, (x.shape[-1],), gamma, beta, eps)
+
+
+def _ln_with_torch_alias(x, gamma, beta, eps=1e-5):  # noqa: ANN001, ANN202
+    norm = getattr(torch, "layer_norm")  # noqa: B009 - the spelling is the point
+    return norm(x, [x.shape[-1]], gamma, beta, eps)
+
+
+def _ln_with_library_module(x, gamma, beta, eps=1e-5):  # noqa: ANN001, ANN202
+    ln = LayerNorm(x.shape[-1], eps=eps).to(x.dtype)
+    with torch.no_grad():
+        ln.weight.copy_(gamma), ln.bias.copy_(beta)
+    return ln(x)
+
+
+def _ln_with_library_statistics(x, gamma, beta, eps=1e-5):  # noqa: ANN001, ANN202
+    mean, var = layer_norm_statistics(x)
+    return gamma * (x - mean.unsqueeze(-1)) / torch.sqrt(var.unsqueeze(-1) + eps) + beta
+
+
+def _ln_inputs(shape: tuple[int, ...], seed: int, scale: float = 3.0, offset: float = 0.0) -> tuple[Any, ...]:
+    g = _generator(seed)
+    d = shape[-1]
+    x = torch.randn(*shape, generator=g, dtype=torch.float64) * scale + offset
+    gamma = 1.0 + 0.5 * torch.randn(d, generator=g, dtype=torch.float64)
+    return x, gamma, 0.5 * torch.randn(d, generator=g, dtype=torch.float64), 1e-5
 
 
 layer_norm = Exercise(
-    name="layer_norm",
+    "layer_norm",
     reference=_layer_norm,
     cases=[
         Case("a (2, 3, 8) batch with random gamma and beta", lambda: _ln_inputs((2, 3, 8), 0)),
-        Case("a single vector of shape (16,)", lambda: _ln_inputs((16,), 1)),
-        Case("a small width d_model = 4 (where N and N - 1 differ most)", lambda: _ln_inputs((3, 4), 2)),
-        Case("vectors far from zero (mean 1000)", lambda: _ln_inputs((2, 5, 8), 3, offset=1000.0), atol=1e-3),
+        Case("a small width, D = 4", lambda: _ln_inputs((3, 4), 2)),
+        Case("a single wide vector, D = 256", lambda: _ln_inputs((256,), 1)),
+        Case(
+            "nearly constant vectors (std about 0.001, so var is about eps/10)",
+            lambda: _ln_inputs((2, 64), 4, scale=1e-3, offset=2.0),
+            atol=1e-7,
+            rtol=1e-6,
+        ),
         Case(
             "a constant vector (variance 0): the output is beta",
-            lambda: (torch.full((2, 6), 7.0), torch.ones(6), torch.arange(6.0), 1e-5),
+            lambda: (torch.full((2, 6), 7.0, dtype=torch.float64), torch.ones(6).double(), torch.arange(6.0).double()),
         ),
     ],
     hints=[
-        """
-        Take the mean and the variance over the last axis (dim=-1) with keepdim=True so they broadcast.
-        Use the biased variance, x.var(dim=-1, unbiased=False) (divide by D, as nn.LayerNorm), and divide
-        by sqrt(var + eps), not by std + eps. Then multiply by gamma and add beta: both are (D,) vectors.
-    """
+        "Run notes_layer_norm and nn.LayerNorm on the same input and compare, then write down nn.LayerNorm's formula "
+        "from section 1 and compare it with the notes' code term by term. Two terms differ.",
+        "Tensor.std(-1) is not the standard deviation of section 1's formula: how many values does it divide the sum "
+        "of squares by? And where does section 1 put eps?",
+        "Take var = the mean of (x - mean) ** 2 over the last axis (divide by D) and divide x - mean by "
+        "torch.sqrt(var + eps), not by std + eps. gamma and beta stay where the notes put them.",
     ],
     level="medium",
-    kind="build",
-    wrong=[_ln_notes, _ln_wrong_axis, _ln_no_affine],
+    kind="debug",
+    wrong=[notes_layer_norm, _ln_unbiased_under_root, _ln_biased_plus_eps, _ln_wrong_axis, _ln_no_affine],
+    forbidden=["layer_norm", LayerNorm, nn.LayerNorm, layer_norm_statistics],
+    shortcuts=[_ln_with_functional, _ln_with_torch_alias, _ln_with_library_module, _ln_with_library_statistics],
 )
 
 
-# --- 2. BatchNorm's statistics over the real tokens of a padded batch ---------------------------
+# --- 5. transfer: RMSNorm -----------------------------------------------------------------------------
 
 
-def _masked_feature_statistics(x: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-    """Per-feature mean and biased variance over the real tokens (mask True) of a (B, T, D) batch."""
-    real = x[mask]  # (N, D): the N real tokens, padding dropped
-    mean = real.mean(dim=0)  # (D,)
-    var = ((real - mean) ** 2).mean(dim=0)  # (D,), biased: divide by N
-    return mean, var
+def _rms_norm(x: Tensor, gamma: Tensor, eps: float = 1e-6) -> Tensor:
+    """RMSNorm over the last axis: x / sqrt(mean(x^2) + eps) * gamma; no mean subtracted, no beta."""
+    h = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x  # float16's squares overflow past 65504
+    mean_square = (h * h).mean(dim=-1, keepdim=True)  # (..., 1): the root MEAN SQUARE, around 0, not the mean
+    out = h / torch.sqrt(mean_square + eps) * gamma  # (..., D)
+    return out.to(x.dtype)  # the input's dtype, as nn.RMSNorm
 
 
-def _padded_batch(lengths: list[int], t: int, d: int, seed: int, pad_value: float = 50.0) -> tuple[Tensor, Tensor]:
+def _rms_run(candidate: Callable[..., Any], x: Tensor, gamma: Tensor, eps: float) -> tuple[Any, str]:
+    """The output, and its dtype (the check asks for the input's dtype back)."""
+    out = candidate(x, gamma, eps)
+    return out, str(out.dtype) if isinstance(out, Tensor) else type(out).__name__
+
+
+def _rms_inputs(
+    shape: tuple[int, ...], seed: int, scale: float = 1.0, offset: float = 0.0, dtype: torch.dtype = torch.float32
+) -> tuple[Tensor, Tensor, float]:
     g = _generator(seed)
-    x = torch.randn(len(lengths), t, d, generator=g) + torch.linspace(-1, 1, d)
-    mask = torch.arange(t) < torch.tensor(lengths).unsqueeze(1)  # (B, T)
-    x = x.masked_fill(~mask.unsqueeze(-1), pad_value)  # padded vectors far from the rest
-    return x, mask
+    x = torch.randn(*shape, generator=g) * scale + offset
+    gamma = 1.0 + 0.5 * torch.randn(shape[-1], generator=g)
+    return x.to(dtype), gamma.to(dtype), 1e-6
 
 
-def _stats_counting_padding(x: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-    flat = x.reshape(-1, x.shape[-1])
-    return flat.mean(dim=0), flat.var(dim=0, unbiased=False)
+def _rms_layer_norm(x, gamma, eps=1e-6):  # noqa: ANN001, ANN202
+    h = x.float()
+    h = h - h.mean(-1, keepdim=True)  # subtracts the mean: that is LayerNorm without beta
+    return (h / torch.sqrt((h * h).mean(-1, keepdim=True) + eps) * gamma).to(x.dtype)
 
 
-def _stats_unbiased(x: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-    real = x[mask]
-    return real.mean(dim=0), real.var(dim=0, unbiased=True)
+def _rms_in_half(x, gamma, eps=1e-6):  # noqa: ANN001, ANN202
+    return x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps) * gamma  # squares overflow in float16
 
 
-def _stats_per_token(x: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-    real = x[mask]
-    return real.mean(dim=-1), real.var(dim=-1, unbiased=False)
+def _rms_sum_not_mean(x, gamma, eps=1e-6):  # noqa: ANN001, ANN202
+    h = x.float()
+    return (h / torch.sqrt((h * h).sum(-1, keepdim=True) + eps) * gamma).to(x.dtype)
 
 
-masked_feature_statistics = Exercise(
-    name="masked_feature_statistics",
-    reference=_masked_feature_statistics,
+def _rms_eps_outside(x, gamma, eps=1e-6):  # noqa: ANN001, ANN202
+    h = x.float()
+    return (h / (torch.sqrt((h * h).mean(-1, keepdim=True)) + eps) * gamma).to(x.dtype)
+
+
+def _rms_float32_out(x, gamma, eps=1e-6):  # noqa: ANN001, ANN202
+    h = x.float()
+    return h / torch.sqrt((h * h).mean(-1, keepdim=True) + eps) * gamma.float()  # never cast back
+
+
+def _rms_with_functional(x, gamma, eps=1e-6):  # noqa: ANN001, ANN202
+    return F.rms_norm(x, (x.shape[-1],), gamma, eps)
+
+
+def _rms_with_torch_alias(x, gamma, eps=1e-6):  # noqa: ANN001, ANN202
+    return torch.rms_norm(x, [x.shape[-1]], gamma, eps)
+
+
+def _rms_with_module(x, gamma, eps=1e-6):  # noqa: ANN001, ANN202
+    norm = nn.RMSNorm(x.shape[-1], eps=eps, dtype=x.dtype)
+    with torch.no_grad():
+        norm.weight.copy_(gamma)
+    return norm(x)
+
+
+rms_norm = Exercise(
+    "rms_norm",
+    reference=_rms_norm,
+    run=_rms_run,
     cases=[
-        Case("a batch without padding", lambda: _padded_batch([4, 4, 4], 4, 5, 0)),
-        Case("a padded batch (padding holds 50.0)", lambda: _padded_batch([5, 2, 3], 5, 6, 1)),
-        Case("one long sequence and much padding", lambda: _padded_batch([6, 1, 1, 1], 6, 3, 2)),
-        Case("a batch of one sequence", lambda: _padded_batch([3], 5, 4, 3)),
+        Case("a (2, 3, 8) batch with a random gamma", lambda: _rms_inputs((2, 3, 8), 0)),
+        Case("a single vector of shape (16,)", lambda: _rms_inputs((16,), 1)),
+        Case(
+            "vectors whose mean is far from 0 (where RMSNorm and LayerNorm differ most)",
+            lambda: _rms_inputs((3, 8), 2, offset=4.0),
+        ),
+        Case(
+            "tiny activations (about 0.001), where the place of eps matters",
+            lambda: _rms_inputs((2, 16), 4, scale=1e-3),
+        ),
+        Case("an all-zero vector: the output is 0, not NaN", lambda: (torch.zeros(2, 5), torch.ones(5), 1e-6)),
+        Case(
+            "float16 activations of size about 300 (their squares overflow float16)",
+            lambda: _rms_inputs((2, 3, 8), 3, scale=300.0, dtype=torch.float16),
+            atol=2e-3,
+            rtol=2e-3,
+        ),
     ],
     hints=[
-        """
-        BatchNorm gives one mean and one variance per feature (shape (D,)), over every real token of the
-        batch. Boolean indexing x[mask] keeps the real tokens as an (N, D) matrix; then average over
-        dim 0. Use the biased variance (divide by N), and don't let the padded vectors in.
-    """
+        "RMSNorm is LayerNorm with two things removed: the mean is not subtracted, and there is no beta. What is "
+        "left to divide by is the root of the mean of the squares, sqrt(mean(x ** 2) + eps), over the last axis.",
+        "The float16 case: 300 ** 2 = 90,000 is more than float16's largest number (65504), so x * x becomes inf and "
+        "the output 0. Compute in float32 (x.float()) and cast the result back with .to(x.dtype).",
+        "h = x.float() for half-precision input (else x); ms = (h * h).mean(dim=-1, keepdim=True) of shape (..., 1); "
+        "divide h by torch.sqrt(ms + eps), multiply by gamma, then cast back to x's dtype.",
     ],
-    level="medium",
-    kind="build",
-    wrong=[_stats_counting_padding, _stats_unbiased, _stats_per_token],
-)
-
-
-# --- 3. Running statistics (what eval mode uses) ------------------------------------------------
-
-
-def _update_running_statistics(
-    x: Tensor, mask: Tensor, running_mean: Tensor, running_var: Tensor, momentum: float
-) -> tuple[Tensor, Tensor]:
-    """One training step's update of BatchNorm's running mean and variance, as nn.BatchNorm1d does it.
-
-    running = (1 - momentum) * running + momentum * batch statistic; the variance stored is the
-    unbiased one (divide by N - 1) over the N real tokens. Returns new tensors.
-    """
-    real = x[mask]  # (N, D)
-    n = real.shape[0]
-    mean = real.mean(dim=0)  # (D,)
-    unbiased_var = ((real - mean) ** 2).sum(dim=0) / (n - 1)  # (D,)
-    new_mean = (1 - momentum) * running_mean + momentum * mean
-    new_var = (1 - momentum) * running_var + momentum * unbiased_var
-    return new_mean, new_var
-
-
-def _running_inputs(lengths: list[int], momentum: float, seed: int) -> tuple[Tensor, Tensor, Tensor, Tensor, float]:
-    x, mask = _padded_batch(lengths, max(lengths), 4, seed)
-    g = _generator(seed + 100)
-    return x, mask, torch.randn(4, generator=g), torch.rand(4, generator=g) + 0.5, momentum
-
-
-def _running_biased(x, mask, running_mean, running_var, momentum):  # noqa: ANN001, ANN202
-    real = x[mask]
-    mean, var = real.mean(0), real.var(0, unbiased=False)
-    return (1 - momentum) * running_mean + momentum * mean, (1 - momentum) * running_var + momentum * var
-
-
-def _running_swapped(x, mask, running_mean, running_var, momentum):  # noqa: ANN001, ANN202
-    real = x[mask]
-    mean, var = real.mean(0), real.var(0)
-    return momentum * running_mean + (1 - momentum) * mean, momentum * running_var + (1 - momentum) * var
-
-
-def _running_in_place(x, mask, running_mean, running_var, momentum):  # noqa: ANN001, ANN202
-    real = x[mask]
-    running_mean.mul_(1 - momentum).add_(momentum * real.mean(0))
-    running_var.mul_(1 - momentum).add_(momentum * real.var(0))
-    return running_mean, running_var
-
-
-update_running_statistics = Exercise(
-    name="update_running_statistics",
-    reference=_update_running_statistics,
-    cases=[
-        Case("momentum 0.1 (PyTorch's default) on a padded batch", lambda: _running_inputs([4, 2, 3], 0.1, 0)),
-        Case("momentum 0.5", lambda: _running_inputs([5, 5], 0.5, 1)),
-        Case("momentum 1.0: the running values become the batch's", lambda: _running_inputs([3, 1, 2], 1.0, 2)),
-        Case("momentum 0.0: nothing changes", lambda: _running_inputs([2, 2], 0.0, 3)),
-    ],
-    hints=[
-        """
-        Take the real tokens (x[mask], an (N, D) matrix), their per-feature mean, and their UNBIASED
-        variance (divide by N - 1: that is what nn.BatchNorm1d stores). Then blend:
-        new = (1 - momentum) * old + momentum * batch value. Return new tensors; don't change the inputs
-        in place.
-    """
-    ],
-    level="medium",
-    kind="build",
-    wrong=[_running_biased, _running_swapped, _running_in_place],
+    level="harder",
+    kind="transfer",
+    wrong=[_rms_layer_norm, _rms_in_half, _rms_sum_not_mean, _rms_eps_outside, _rms_float32_out],
+    forbidden=["rms_norm", nn.RMSNorm],
+    shortcuts=[_rms_with_functional, _rms_with_torch_alias, _rms_with_module],
+    why=(
+        "RMSNorm (Zhang and Sennrich, 2019; used by LLaMA and most recent decoder-only models) skips the mean: one "
+        "reduction instead of two and no beta. On vectors whose mean is 0 it equals LayerNorm without beta, as the "
+        "next cell shows with PyTorch's nn.RMSNorm."
+    ),
 )

@@ -1,0 +1,116 @@
+"""Chapter 04's exercises: each reference agrees with the library and with PyTorch's own modules (float64)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import transformer_lab as tl
+from transformer_lab.exercises import ch04_normalization as ex
+
+
+def test_predicted_dims_are_the_ones_nn_batchnorm1d_averages_over() -> None:
+    dims = ex.predict_batch_norm_dims.reference()
+    x = torch.randn(3, 5, 7, generator=torch.Generator().manual_seed(0), dtype=torch.float64)  # (B, D, T)
+    bn = nn.BatchNorm1d(5, dtype=torch.float64).train()
+    mean, var = x.mean(dim=dims, keepdim=True), x.var(dim=dims, keepdim=True, unbiased=False)
+    torch.testing.assert_close(bn(x), (x - mean) / torch.sqrt(var + bn.eps), rtol=0, atol=1e-10)
+    assert dims not in ex.predict_batch_norm_dims.explain
+    for wrong in ex.predict_batch_norm_dims.explain:  # each explained answer really gives something else
+        m, v = x.mean(dim=wrong, keepdim=True), x.var(dim=wrong, keepdim=True, unbiased=False)
+        assert not torch.allclose(bn(x), (x - m) / torch.sqrt(v + bn.eps))
+
+
+def test_dims_in_any_spelling_are_accepted() -> None:
+    for spelling in ((0, 2), (2, 0), [0, -1], (-3, 2)):
+        assert ex.predict_batch_norm_dims.passes(lambda s=spelling: s)
+
+
+@pytest.mark.parametrize("case", range(4))
+def test_masked_batch_norm_equals_tl_batchnorm_and_pytorch_on_the_real_tokens(case: int) -> None:
+    x, mask, gamma, beta, eps = ex.masked_batch_norm.cases[case].inputs()
+    x, gamma, beta = x.double(), gamma.double(), beta.double()
+    got = ex._masked_batch_norm(x, mask, gamma, beta, eps)
+    ours = tl.BatchNorm(x.shape[-1], eps=eps).double().train()
+    with torch.no_grad():
+        ours.weight.copy_(gamma), ours.bias.copy_(beta)
+    torch.testing.assert_close(got, ours(x, mask), rtol=0, atol=1e-10)
+    theirs = nn.BatchNorm1d(x.shape[-1], eps=eps, dtype=torch.float64).train()
+    theirs.load_state_dict(ours.state_dict(), strict=False)
+    with torch.no_grad():
+        theirs.weight.copy_(gamma), theirs.bias.copy_(beta)
+    torch.testing.assert_close(got[mask], theirs(x[mask]), rtol=0, atol=1e-10)  # (N, D): the real tokens
+
+
+def test_predicted_eval_output_is_what_batchnorm_gives() -> None:
+    four = torch.tensor([2.0, 4.0, 6.0, 8.0], dtype=torch.float64).reshape(1, 4, 1)  # (B, T, D)
+    ours = tl.BatchNorm(1).double()
+    theirs = nn.BatchNorm1d(1, dtype=torch.float64)
+    with torch.no_grad():
+        ours(four)  # one training step
+        theirs(four.transpose(1, 2))  # (B, D, T)
+        ours_eval = ours.eval()(four)[0, 3, 0].item()
+        theirs_eval = theirs.eval()(four.transpose(1, 2))[0, 0, 3].item()
+        train_value = tl.BatchNorm(1).double()(four)[0, 3, 0].item()
+    answer = ex.predict_eval_output.reference()
+    assert round(ours_eval, 2) == round(theirs_eval, 2) == answer
+    assert math.isclose(ours_eval, theirs_eval, rel_tol=1e-12)
+    assert round(train_value, 2) == 1.34 and 1.34 in ex.predict_eval_output.explain
+    assert answer not in ex.predict_eval_output.explain
+    assert all(str(answer) not in text for text in ex.predict_eval_output.explain.values())
+
+
+@pytest.mark.parametrize("case", range(5))
+def test_layer_norm_reference_equals_nn_layernorm(case: int) -> None:
+    x, gamma, beta, *rest = ex.layer_norm.cases[case].inputs()
+    eps = rest[0] if rest else 1e-5
+    theirs = nn.LayerNorm(x.shape[-1], eps=eps, dtype=torch.float64)
+    ours = tl.LayerNorm(x.shape[-1], eps=eps).double()
+    with torch.no_grad():
+        for module in (theirs, ours):
+            module.weight.copy_(gamma), module.bias.copy_(beta)
+        torch.testing.assert_close(ex._layer_norm(x, gamma, beta, eps), theirs(x), rtol=0, atol=1e-10)
+        torch.testing.assert_close(ex._layer_norm(x, gamma, beta, eps), ours(x), rtol=0, atol=1e-10)
+
+
+def test_the_notes_layer_norm_is_off_by_the_factor_sqrt_d_minus_1_over_d() -> None:
+    """With eps out of the way (eps = 0), the notes' output is sqrt((D-1)/D) times the right one, exactly."""
+    x = torch.randn(5, 4, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    ones, zeros = torch.ones(4, dtype=torch.float64), torch.zeros(4, dtype=torch.float64)
+    notes = ex.notes_layer_norm(x, ones, zeros, eps=0.0)
+    right = F.layer_norm(x, (4,), eps=0.0)
+    torch.testing.assert_close(notes, right * math.sqrt(3 / 4), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("case", range(6))
+def test_rms_norm_reference_equals_nn_rmsnorm(case: int) -> None:
+    x, gamma, eps = ex.rms_norm.cases[case].inputs()
+    theirs = nn.RMSNorm(x.shape[-1], eps=eps, dtype=torch.float64)
+    with torch.no_grad():
+        theirs.weight.copy_(gamma.double())
+        if x.dtype == torch.float64 or x.dtype == torch.float32:
+            got = ex._rms_norm(x.double(), gamma.double(), eps)
+            torch.testing.assert_close(got, theirs(x.double()), rtol=0, atol=1e-10)
+        got = ex._rms_norm(x, gamma, eps)
+        assert got.dtype == x.dtype
+        expected = F.rms_norm(x, (x.shape[-1],), gamma, eps)  # PyTorch's own, in the input's dtype
+        torch.testing.assert_close(got, expected, rtol=1e-3, atol=1e-3)
+        assert torch.isfinite(got).all()
+
+
+def test_rms_norm_is_layer_norm_without_beta_on_zero_mean_vectors() -> None:
+    x = torch.randn(3, 8, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    x = x - x.mean(-1, keepdim=True)
+    gamma = torch.linspace(0.5, 1.5, 8, dtype=torch.float64)
+    torch.testing.assert_close(
+        ex._rms_norm(x, gamma, 1e-5), F.layer_norm(x, (8,), gamma, None, 1e-5), rtol=0, atol=1e-10
+    )
+
+
+def test_the_half_precision_case_overflows_without_float32() -> None:
+    x, gamma, eps = ex.rms_norm.cases[-1].inputs()
+    assert x.dtype == torch.float16 and torch.isinf((x * x).mean(-1)).any()
