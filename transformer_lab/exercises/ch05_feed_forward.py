@@ -65,7 +65,7 @@ predict_ffn_parameters = Exercise(
     wrong=[lambda: 2 * 512 * 2048, lambda: 512 * 2048 + 2048 + 512, lambda: 2 * 512 * 2048 + 2 * 512],
     why=(
         "2 x 512 x 2048 = 2,097,152 weights and 2048 + 512 = 2,560 biases: 2,099,712. The weights are nearly all "
-        "of it; a multi-head attention of d_model 512 has half as many (4 x 512 x 512 + 4 x 512)."
+        "of it; a multi-head attention of d_model 512 has about half as many (4 x 512 x 512 + 4 x 512)."
     ),
     explain={
         2 * 512 * 2048: "those are the two weight matrices. Each nn.Linear also has a bias (bias=True by default).",
