@@ -11,7 +11,7 @@ from transformer_lab import shipped
 def test_date_attention_maps_are_trained_weights_with_labels():
     maps = shipped.date_attention("21 Nov 2026")
     assert maps.target == "2026-11-21"  # the shipped model normalises the date
-    assert maps.source_labels == list("21 Nov 2026")
+    assert maps.source_labels == list("21␣Nov␣2026")  # a space is drawn as ␣
     assert maps.target_labels[0] == "<bos>" and "".join(maps.target_labels[1:]) == "2026-11-21"
     s, t = len(maps.source_labels), len(maps.target_labels)
     assert [tuple(w.shape) for w in maps.encoder_self] == [(4, s, s)] * 2
