@@ -1,0 +1,139 @@
+"""Chapter 03's exercises: each reference agrees with the library and with PyTorch's own modules."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import transformer_lab as tl
+from transformer_lab.exercises import ch03_multihead as ex
+
+
+def test_predicted_strides_are_the_tensors() -> None:
+    q = torch.randn(2, 3, 8)  # (B, T, D) as in the notebook
+    assert q.view(2, 3, 2, 4).transpose(1, 2).stride() == ex.predict_split_strides.reference()
+    assert ex.predict_split_strides.reference() not in ex.predict_split_strides.explain
+
+
+@pytest.mark.parametrize("case", range(5))
+def test_split_qkv_reference_equals_the_librarys_split_of_a_fused_projection(case: int) -> None:
+    qkv, n_heads = ex.split_qkv.cases[case].inputs()
+    d_model = qkv.shape[-1] // 3
+    torch.manual_seed(case)
+    mha = tl.MultiHeadAttention(d_model, n_heads).double()
+    c_attn = nn.Linear(d_model, 3 * d_model).double()  # nanoGPT's fused projection, weight (3D, D)
+    with torch.no_grad():
+        c_attn.weight.copy_(torch.cat([mha.w_q.weight, mha.w_k.weight, mha.w_v.weight]))
+        c_attn.bias.copy_(torch.cat([mha.w_q.bias, mha.w_k.bias, mha.w_v.bias]))
+    x = torch.randn(qkv.shape[0], qkv.shape[1], d_model, dtype=torch.float64)
+    with torch.no_grad():
+        got = ex._split_qkv_reference(c_attn(x), n_heads)
+        expected = (mha.split_heads(mha.w_q(x)), mha.split_heads(mha.w_k(x)), mha.split_heads(mha.w_v(x)))
+    for g, e in zip(got, expected, strict=True):
+        torch.testing.assert_close(g, e, rtol=0, atol=1e-12)
+
+
+def test_split_qkv_reference_matches_pytorchs_packed_in_projection() -> None:
+    torch.manual_seed(0)
+    theirs = nn.MultiheadAttention(8, 2, batch_first=True).double()
+    x = torch.randn(2, 3, 8, dtype=torch.float64)
+    with torch.no_grad():
+        qkv = F.linear(x, theirs.in_proj_weight, theirs.in_proj_bias)  # (B, T, 3D): PyTorch's packed layout
+        q, k, v = ex._split_qkv_reference(qkv, 2)
+        w_q, w_k, w_v = theirs.in_proj_weight.chunk(3)
+        b_q, b_k, b_v = theirs.in_proj_bias.chunk(3)
+        for got, w, b in ((q, w_q, b_q), (k, w_k, b_k), (v, w_v, b_v)):
+            torch.testing.assert_close(got, (x @ w.T + b).view(2, 3, 2, 4).transpose(1, 2), rtol=0, atol=1e-12)
+
+
+def test_predicted_parameter_count_is_the_modules() -> None:
+    ours = sum(p.numel() for p in tl.MultiHeadAttention(512, 8).parameters())
+    theirs = sum(p.numel() for p in nn.MultiheadAttention(512, 8).parameters())
+    assert ours == theirs == ex.predict_mha_parameters.reference()
+    assert ex.predict_mha_parameters.reference() not in ex.predict_mha_parameters.explain
+
+
+@pytest.mark.parametrize("d_model", [1, 4, 8, 16])
+def test_four_projections_look_like_the_librarys(d_model: int) -> None:
+    torch.manual_seed(0)
+    mha = tl.MultiHeadAttention(d_model, 1)
+    library = ex._describe_projections(lambda d: [mha.w_q, mha.w_k, mha.w_v, mha.w_o], d_model)
+    assert ex._describe_projections(ex._four_projections_reference, d_model) == library
+    assert library["parameters"] == sum(p.numel() for p in mha.parameters()) == 4 * (d_model * d_model + d_model)
+
+
+def test_the_notes_projections_share_one_layer_and_give_symmetric_scores() -> None:
+    torch.manual_seed(0)
+    shared = ex.notes_four_projections(8)
+    assert ex._describe_projections(ex.notes_four_projections, 8)["parameters"] == 72
+    x = torch.randn(5, 8)
+    with torch.no_grad():
+        scores = shared[0](x) @ shared[1](x).T
+        torch.testing.assert_close(scores, scores.T)
+        separate = ex._four_projections_reference(8)
+        scores = separate[0](x) @ separate[1](x).T
+        assert not torch.allclose(scores, scores.T)
+
+
+def test_deepcopy_of_a_repeated_list_stays_shared() -> None:
+    """The pitfall box says so: deepcopy copies each object once and keeps the sharing it finds."""
+    copies = copy.deepcopy([nn.Linear(4, 4)] * 4)
+    assert all(layer is copies[0] for layer in copies)
+    independent = [copy.deepcopy(copies[0]) for _ in range(4)]
+    assert len({id(layer.weight) for layer in independent}) == 4
+
+
+def _case_in_float64(case: int) -> tuple:
+    x, w_q, w_k, w_v, w_o, n_heads = ex.grouped_query_attention.cases[case].inputs()
+    return (x.double(), w_q.double(), w_k.double(), w_v.double(), w_o.double(), n_heads)
+
+
+@pytest.mark.parametrize("case", range(5))
+def test_gqa_reference_equals_pytorchs_grouped_attention(case: int) -> None:
+    x, w_q, w_k, w_v, w_o, n_heads = _case_in_float64(case)
+    batch, length, d_model = x.shape
+    d_k = d_model // n_heads
+    with torch.no_grad():
+        q = w_q(x).view(batch, length, n_heads, d_k).transpose(1, 2)
+        k = w_k(x).view(batch, length, -1, d_k).transpose(1, 2)
+        v = w_v(x).view(batch, length, -1, d_k).transpose(1, 2)
+        heads = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)  # PyTorch's own grouping
+        expected = w_o(heads.transpose(1, 2).reshape(batch, length, d_model))
+        torch.testing.assert_close(ex._gqa_reference(x, w_q, w_k, w_v, w_o, n_heads), expected, rtol=0, atol=1e-10)
+
+
+def test_gqa_with_as_many_kv_heads_as_query_heads_is_multi_head_attention() -> None:
+    x, w_q, w_k, w_v, w_o, n_heads = _case_in_float64(1)
+    assert w_k.out_features == x.shape[-1]  # H_kv = H
+    ours = tl.MultiHeadAttention(x.shape[-1], n_heads).double()
+    for name, layer in (("w_q", w_q), ("w_k", w_k), ("w_v", w_v), ("w_o", w_o)):
+        getattr(ours, name).load_state_dict(layer.state_dict())
+    theirs = nn.MultiheadAttention(x.shape[-1], n_heads, batch_first=True).double()
+    with torch.no_grad():
+        theirs.in_proj_weight.copy_(torch.cat([w_q.weight, w_k.weight, w_v.weight]))
+        theirs.in_proj_bias.copy_(torch.cat([w_q.bias, w_k.bias, w_v.bias]))
+        theirs.out_proj.load_state_dict(w_o.state_dict())
+        got = ex._gqa_reference(x, w_q, w_k, w_v, w_o, n_heads)
+        torch.testing.assert_close(got, ours(x, x, x), rtol=0, atol=1e-10)
+        torch.testing.assert_close(got, theirs(x, x, x, need_weights=False)[0], rtol=0, atol=1e-10)
+
+
+def test_multi_query_attention_uses_one_key_head_for_every_query_head() -> None:
+    x, w_q, w_k, w_v, w_o, n_heads = _case_in_float64(2)
+    assert w_k.out_features == x.shape[-1] // n_heads  # H_kv = 1
+    with torch.no_grad():
+        wide_k, wide_v = nn.Linear(x.shape[-1], x.shape[-1]).double(), nn.Linear(x.shape[-1], x.shape[-1]).double()
+        wide_k.weight.copy_(w_k.weight.repeat(n_heads, 1))  # the one key head copied into every head's slice
+        wide_k.bias.copy_(w_k.bias.repeat(n_heads))
+        wide_v.weight.copy_(w_v.weight.repeat(n_heads, 1))
+        wide_v.bias.copy_(w_v.bias.repeat(n_heads))
+        torch.testing.assert_close(
+            ex._gqa_reference(x, w_q, w_k, w_v, w_o, n_heads),
+            ex._gqa_reference(x, w_q, wide_k, wide_v, w_o, n_heads),
+            rtol=0,
+            atol=1e-10,
+        )
