@@ -73,7 +73,7 @@ __all__ = [
 
 # Course machinery and chapter 09's tools, imported on first use (`tl.plotting`, `tl.widgets`, ...)
 # so that `import transformer_lab` alone stays light for an engineer who only wants the model.
-_SUBMODULES = ("plotting", "widgets", "exercises", "diagnostics", "data", "training", "decoding")
+_SUBMODULES = ("plotting", "widgets", "exercises", "diagnostics", "data", "training", "decoding", "shipped")
 
 
 def __getattr__(name: str):  # noqa: ANN202 - module-level lazy import (PEP 562)

@@ -30,7 +30,7 @@ class DateAttention:
 
     Attributes:
         source, target: the input text and the model's target (its correct normalised form).
-        source_labels: the S source characters; target_labels: the T decoder inputs ("<s>" then the target).
+        source_labels: the S source characters; target_labels: the T decoder inputs ("<bos>" then the target).
         encoder_self: one (H, S, S) map per encoder layer (queries and keys: source characters).
         decoder_self: one (H, T, T) map per decoder layer (causal).
         cross: one (H, T, S) map per decoder layer (queries: target, keys: source).
