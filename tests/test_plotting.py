@@ -158,7 +158,58 @@ def test_mask_picture_and_grid() -> None:
     padding = torch.tensor([[True, True, True, False]])  # (1, S) before broadcasting
     grid = tl.plotting.mask_grid({"padding (1, S)": padding, "causal": mask, "both": padding & mask}, TOKENS)
     assert [a.get_title() for a in grid.axes] == ["padding (1, S)", "causal", "both"]
-    assert _tick_labels(grid.axes[0], "y") == ["0"] and _tick_labels(grid.axes[1], "y") == TOKENS
+    # a one-row mask before broadcasting holds for every query: its row says so instead of an index
+    assert _tick_labels(grid.axes[0], "y") == ["all queries"] and _tick_labels(grid.axes[1], "y") == TOKENS
+
+
+def test_mask_picture_writes_cell_labels_and_axis_titles() -> None:
+    padding = torch.tensor([[True, True, True], [True, False, False]])  # (B=2, S=3): rows are sentences
+    words = [["a", "b", "c"], ["d", "<pad>", "<pad>"]]
+    fig = tl.plotting.mask_picture(padding, cell_labels=words, x_title="key position", y_title="sentence")
+    ax = fig.axes[0]
+    cells = {(round(t.get_position()[1]), round(t.get_position()[0])): t for t in ax.texts}
+    assert {k: t.get_text() for k, t in cells.items()} == {(i, j): words[i][j] for i in range(2) for j in range(3)}
+    assert cells[(0, 0)].get_color() == "white" and cells[(1, 1)].get_color() == "black"  # readable on both colours
+    assert ax.get_xlabel() == "key position" and ax.get_ylabel() == "sentence"
+    with pytest.raises(ValueError, match="cell_labels must be 2 lists"):
+        tl.plotting.mask_picture(padding, cell_labels=words[:1])
+    with pytest.raises(ValueError, match=r"cell_labels\[1\] must be a list of 3"):
+        tl.plotting.mask_picture(padding, cell_labels=[words[0], ["d"]])
+
+
+def test_mask_broadcast_draws_one_row_of_panels_per_sentence() -> None:
+    batch = torch.tensor([[1, 2, 3, 4], [1, 5, 0, 0], [1, 0, 0, 0]])  # (B=3, S=4), pad id 0
+    padding = tl.padding_mask(batch, pad_id=0)  # (B, 1, 1, S)
+    causal = tl.causal_mask(4)
+    words = [[f"w{b}{j}" for j in range(4)] for b in range(3)]
+    fig = tl.plotting.mask_broadcast(padding, causal, words)
+    assert len(fig.axes) == 3 * 4 and len(fig.legends) == 1
+    expected = tl.target_mask(batch, pad_id=0)  # (B, 1, T, T): what the library computes
+    fig.canvas.draw()
+    for b in range(3):
+        strip, copied, triangle, combined = fig.axes[4 * b : 4 * b + 4]
+        np.testing.assert_array_equal(strip.get_images()[0].get_array(), padding[b, 0].numpy().astype(float))
+        np.testing.assert_array_equal(copied.get_images()[0].get_array(), padding[b, 0].expand(4, 4).numpy())
+        np.testing.assert_array_equal(triangle.get_images()[0].get_array(), causal.numpy().astype(float))
+        np.testing.assert_array_equal(combined.get_images()[0].get_array(), expected[b, 0].numpy().astype(float))
+        assert _tick_labels(combined, "x") == words[b] and _tick_labels(combined, "y") == words[b]
+        assert _tick_labels(strip, "y") == ["all queries"] and strip.get_title().startswith(f"sentence {b}")
+        assert strip.get_window_extent().height < 0.4 * copied.get_window_extent().height  # a strip, not a square
+    # a (B, S) padding mask works too, and positions label the cells when no tokens are given
+    plain = tl.plotting.mask_broadcast(padding[:, 0, 0], causal)
+    assert _tick_labels(plain.axes[3], "x") == ["0", "1", "2", "3"]
+
+
+def test_mask_broadcast_rejects_bad_input() -> None:
+    padding = tl.padding_mask(torch.tensor([[1, 2, 0]]), pad_id=0)  # (1, 1, 1, 3)
+    with pytest.raises(ValueError, match=r"causal must be \(S, S\) = \(3, 3\)"):
+        tl.plotting.mask_broadcast(padding, tl.causal_mask(4))
+    with pytest.raises(ValueError, match="padding must be"):
+        tl.plotting.mask_broadcast(torch.ones(3, dtype=torch.bool), tl.causal_mask(3))
+    with pytest.raises(ValueError, match="tokens must be 1 lists"):
+        tl.plotting.mask_broadcast(padding, tl.causal_mask(3), [["a", "b", "c"], ["d", "e", "f"]])
+    with pytest.raises(ValueError, match=r"tokens\[0\] must be a list of 3"):
+        tl.plotting.mask_broadcast(padding, tl.causal_mask(3), [["a", "b"]])
 
 
 def test_mask_pictures_reject_bad_input() -> None:

@@ -18,6 +18,7 @@ __all__ = [
     "mask_picture",
     "mask_legend",
     "mask_grid",
+    "mask_broadcast",
     "softmax_saturation",
     "score_variance",
 ]
@@ -129,13 +130,31 @@ def mask_picture(
     title: str = "mask: may query (row) see key (column)?",
     ax: Axes | None = None,
     legend: bool = True,
+    cell_labels: Sequence[Sequence[str]] | None = None,
+    x_title: str = "key",
+    y_title: str = "query",
 ) -> Figure:
     """A (T, S) bool mask as a picture: blue where the query may attend to the key, grey where not.
 
     Every cell is square, so a mask before broadcasting, such as a (1, S) padding mask, is drawn as the
     strip it is; a legend below says which colour is which.
+
+    Args:
+        mask: (T, S) bool (or 0/1) mask, True = may attend.
+        key_labels: S labels for the columns; query_labels: T labels for the rows (default: positions).
+        cell_labels: T lists of S strings written in the cells, e.g. the token at each position of each
+            sentence when the rows are the sentences of a batch (whose columns no single list can label).
+        x_title, y_title: the axis titles (e.g. "sentence" when the rows are a batch, not queries).
     """
     values = _matrix("mask", mask, "choose a batch row and head first")
+    if cell_labels is not None:
+        if isinstance(cell_labels, str) or len(cell_labels) != values.shape[0]:
+            raise ValueError(
+                f"cell_labels must be {values.shape[0]} lists (one per row of the mask) of {values.shape[1]} strings"
+            )
+        for i, row in enumerate(cell_labels):
+            if isinstance(row, str) or len(row) != values.shape[1]:
+                raise ValueError(f"cell_labels[{i}] must be a list of {values.shape[1]} strings, one per column")
     ax = ax if ax is not None else _axes_for(values, cell_width=0.4, width_pad=2.2, height_pad=1.6)
     heatmap(
         ax,
@@ -143,8 +162,8 @@ def mask_picture(
         key_labels,
         query_labels,
         title=title,
-        x_title="key",
-        y_title="query",
+        x_title=x_title,
+        y_title=y_title,
         cmap=CMAP_MASK,
         vmin=0,
         vmax=1,
@@ -164,6 +183,11 @@ def mask_picture(
     ax.set_yticks(np.arange(-0.5, values.shape[0], 1), minor=True)
     ax.grid(which="minor", color="white", linewidth=1.5)
     ax.tick_params(which="minor", length=0)
+    if cell_labels is not None:
+        with course_style():
+            for (i, j), v in np.ndenumerate(values):
+                colour = "white" if v > 0.5 else "black"  # white on blue (True), black on grey (False)
+                ax.text(j, i, str(cell_labels[i][j]), ha="center", va="center", fontsize=7, color=colour)
     return ax.figure
 
 
@@ -181,8 +205,8 @@ def mask_grid(masks: dict[str, object], key_labels: Sequence[str] | None = None,
     """Several 2-D masks side by side, e.g. {"padding": ..., "causal": ..., "padding & causal": ...}.
 
     Each mask is (T, S) with T queries and S keys; a mask before broadcasting may have one row
-    (e.g. a (1, S) padding mask, drawn as a single strip). `key_labels` label the columns, and the
-    rows too when a mask is square.
+    (e.g. a (1, S) padding mask, drawn as a single strip, its row labelled "all queries"). `key_labels`
+    label the columns, and the rows too when a mask is square.
     """
     if not isinstance(masks, dict) or not masks:
         raise ValueError("masks must be a non-empty dict {title: 2-D mask}")
@@ -190,10 +214,72 @@ def mask_grid(masks: dict[str, object], key_labels: Sequence[str] | None = None,
     for ax, (name, mask) in zip(axes[0], masks.items(), strict=True):
         rows = to_numpy(mask, f"masks[{name!r}]").shape[0]
         query_labels = key_labels if key_labels is not None and len(key_labels) == rows else None
+        if rows == 1 and key_labels is not None and len(key_labels) != 1:
+            query_labels = ["all queries"]  # one row before broadcasting: it holds for every query
         mask_picture(mask, key_labels, query_labels, title=name, ax=ax, legend=False)
     mask_legend(fig)
     if title:
         fig.suptitle(title)
+    return fig
+
+
+def mask_broadcast(
+    padding: object,
+    causal: object,
+    tokens: Sequence[Sequence[str]] | None = None,
+    title: str = "padding (B, 1, 1, S) & causal (T, T) -> (B, 1, T, T): one row per sentence b",
+) -> Figure:
+    """How a batch's padding mask and one causal mask broadcast together: one row of panels per sentence.
+
+    Row b is sentence b of the batch (the batch axis B, drawn downwards): its padding mask before
+    broadcasting, a (1, S) strip; that strip copied down the T query rows; the causal mask (T, T), the
+    same triangle for every sentence; and their `&`, the (T, T) mask of sentence b's decoder self-attention.
+
+    Args:
+        padding: (B, S) or the library's (B, 1, 1, S) bool padding mask, True at the real tokens.
+        causal: (T, T) bool causal mask, T == S (self-attention).
+        tokens: B lists of S token strings, sentence b's labels in row b (default: positions 0, 1, ...).
+
+    Shape:
+        padding (B, S) or (B, 1, 1, S), causal (S, S) -> a figure of B rows of 4 panels.
+
+    Returns:
+        the figure, with one legend for the two colours.
+    """
+    pad = to_numpy(padding, "padding")
+    if pad.ndim == 4 and pad.shape[1:3] == (1, 1):
+        pad = pad[:, 0, 0]  # (B, S)
+    if pad.ndim != 2:
+        raise ValueError(
+            f"padding must be (B, S) or the library's (B, 1, 1, S) padding mask, got shape {pad.shape}; "
+            "build it with tl.padding_mask(tokens, pad_id)"
+        )
+    tri = _matrix("causal", causal, "pass one (T, T) causal mask, e.g. tl.causal_mask(T)")
+    n_sentences, s = pad.shape
+    if tri.shape != (s, s):
+        raise ValueError(
+            f"causal must be (S, S) = ({s}, {s}) to match the padding mask's {s} positions, got {tri.shape}"
+        )
+    if tokens is not None:
+        if isinstance(tokens, str) or len(tokens) != n_sentences:
+            raise ValueError(f"tokens must be {n_sentences} lists of {s} strings, one list per sentence")
+        for b, row in enumerate(tokens):
+            if isinstance(row, str) or len(row) != s:
+                raise ValueError(f"tokens[{b}] must be a list of {s} strings, one per position, got {row!r}")
+    fig, axes = new_figure(n_sentences, 4, size=(11.5, 2.9 * n_sentences + 0.6))
+    for b in range(n_sentences):
+        labels = list(tokens[b]) if tokens is not None else [str(j) for j in range(s)]
+        strip = pad[b : b + 1]  # (1, S)
+        panels = (
+            (strip, ["all queries"], f"sentence {b}: padding (1, S)"),
+            (np.repeat(strip, s, axis=0), labels, "copied to (T, S)"),
+            (tri, labels, "& causal (T, T)"),
+            (strip.astype(bool) & tri.astype(bool), labels, f"= sentence {b}'s mask"),
+        )
+        for ax, (mask, query_labels, name) in zip(axes[b], panels, strict=True):
+            mask_picture(mask, labels, query_labels, title=name, ax=ax, legend=False)
+    mask_legend(fig)
+    fig.suptitle(title)
     return fig
 
 
