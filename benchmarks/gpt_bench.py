@@ -102,6 +102,11 @@ def build_pair(t: int, d: int, layers: int, heads: int, device: torch.device, se
     hf = GPT2LMHeadModel(hf_config)
     hf.load_state_dict(_to_hf(ours.state_dict(), layers, d), strict=False)  # the same weights
     tl.record_attention(ours, False)  # the fast path
+    with torch.no_grad():  # the same model: checked on every run
+        probe = torch.randint(VOCAB, (2, min(t, 32)), generator=torch.Generator().manual_seed(seed))
+        gap = (ours.eval()(probe) - hf.eval()(input_ids=probe).logits).abs().max().item()
+    if gap > 1e-4:
+        raise RuntimeError(f"the copied weights do not give HF's logits (max difference {gap:.2e})")
     return ours.to(device), hf.to(device)
 
 
