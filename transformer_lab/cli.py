@@ -3,6 +3,8 @@
     python -m transformer_lab.cli train --task dates --seed 0 --out dates.pt
     python -m transformer_lab.cli train --task copy --steps 300 --device cuda --out copy.pt
     python -m transformer_lab.cli evaluate dates.pt
+    python -m transformer_lab.cli gpt-train --corpus shakespeare --out shakespeare.pt      (chapter 10)
+    python -m transformer_lab.cli gpt-sample shakespeare.pt --prompt "ROMEO:" --temperature 0.8
 
 The checkpoint holds the model (`tl.save_checkpoint`: config and state dict) plus plain data
 (the tokenizer's characters, the task's settings, the training options and history), so
@@ -12,6 +14,7 @@ The checkpoint holds the model (`tl.save_checkpoint`: config and state dict) plu
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import time
@@ -21,9 +24,20 @@ from typing import Any
 
 import torch
 
-from transformer_lab.data import CharTokenizer, DateTask, Task, make_task
+from transformer_lab.data import (
+    CORPORA,
+    CharTokenizer,
+    DateTask,
+    Task,
+    TextTokenizer,
+    load_corpus,
+    make_task,
+    split_text,
+)
+from transformer_lab.distributed import is_main_process
+from transformer_lab.gpt import GPT, GPTConfig
 from transformer_lab.model import Transformer, TransformerConfig, load_checkpoint, save_checkpoint
-from transformer_lab.training import build_model, exact_match_by_kind, train
+from transformer_lab.training import build_model, exact_match_by_kind, load_gpt, save_gpt, train, train_gpt
 
 __all__ = ["main", "build_parser", "load_trained", "load_shipped", "DEFAULTS", "SHIPPED_CHECKPOINT", "SHIPPED_COMMAND"]
 
@@ -68,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--test-per-format", type=int, default=150, help="held-out examples per format")
     e.add_argument("--beam-size", type=int, default=None, help="beam search of this width (default: greedy)")
     e.add_argument("--threads", type=int, default=1, help="CPU threads for PyTorch (default 1)")
+    _add_gpt_commands(commands)
     return parser
 
 
@@ -131,6 +146,8 @@ def _train(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
     )
     cpu_seconds = time.process_time() - cpu_start
+    if not is_main_process():  # under torchrun only rank 0 tests, prints and saves
+        return 0
     counts = exact_match_by_kind(model, test_examples(task, args.test_per_format), tokenizer)
     options = {k: v for k, v in vars(args).items() if k not in ("command", "out")}
     save_checkpoint(
@@ -187,6 +204,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """The command line: `train` or `evaluate` (see `--help`). Returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.command in GPT_COMMANDS:
+        return GPT_COMMANDS[args.command](args)
     if args.threads < 1:
         raise SystemExit("--threads must be at least 1")
     if args.command == "train":
@@ -199,6 +218,237 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise SystemExit("--device cuda was asked for, but PyTorch sees no CUDA GPU")
         return _train(args)
     return _evaluate(args)
+
+
+# ---------------------------------------------------------------------------------------------
+# Chapter 10: train a GPT on a text, sample from it
+# ---------------------------------------------------------------------------------------------
+
+#: nanoGPT's Shakespeare-character recipe with its CPU settings (config/train_shakespeare_char.py).
+GPT_DEFAULTS: dict[str, Any] = dict(
+    block_size=64,
+    d_model=128,
+    n_heads=4,
+    n_layers=4,
+    dropout=0.0,
+    steps=2000,
+    batch_size=12,
+    lr=1e-3,
+    min_lr=1e-4,
+    warmup=100,
+    weight_decay=0.1,
+    beta2=0.99,
+    clip_norm=1.0,
+    eval_every=250,
+)
+
+
+def _add_gpt_commands(commands: Any) -> None:
+    d = GPT_DEFAULTS
+    g = commands.add_parser(
+        "gpt-train",
+        help="train a character-level GPT on a shipped corpus or a UTF-8 text file (chapter 10)",
+        description="Train a character-level GPT (chapter 10) and write a weights_only checkpoint. The defaults "
+        "are nanoGPT's Shakespeare-character recipe on a CPU. Under `torchrun --nproc_per_node=N` it trains "
+        "with DistributedDataParallel, --batch-size being the global batch.",
+    )
+    source = g.add_mutually_exclusive_group()
+    source.add_argument(
+        "--corpus", choices=sorted(CORPORA), default=None, help="a shipped corpus (default shakespeare)"
+    )
+    source.add_argument("--text", default=None, help="or the path of any UTF-8 text file")
+    g.add_argument("--out", required=True, help="where to write the checkpoint (.pt); its folder must exist")
+    g.add_argument("--seed", type=int, default=0, help="seed of the weights and of the batches (default 0)")
+    g.add_argument("--block-size", type=int, default=d["block_size"], help="context length in characters")
+    g.add_argument("--d-model", type=int, default=d["d_model"], help="model width")
+    g.add_argument("--n-heads", type=int, default=d["n_heads"], help="attention heads")
+    g.add_argument("--n-layers", type=int, default=d["n_layers"], help="blocks")
+    g.add_argument("--dropout", type=float, default=d["dropout"], help="dropout probability")
+    g.add_argument("--steps", type=int, default=d["steps"], help="optimisation steps")
+    g.add_argument("--batch-size", type=int, default=d["batch_size"], help="windows per step (the global batch)")
+    g.add_argument("--lr", type=float, default=d["lr"], help="peak learning rate")
+    g.add_argument("--min-lr", type=float, default=d["min_lr"], help="learning rate at the end of the cosine")
+    g.add_argument("--warmup", type=int, default=d["warmup"], help="linear warm-up steps")
+    g.add_argument(
+        "--decay-steps", type=int, default=None, help="step where the cosine reaches --min-lr (default --steps)"
+    )
+    g.add_argument("--weight-decay", type=float, default=d["weight_decay"], help="AdamW weight decay on matrices")
+    g.add_argument("--beta2", type=float, default=d["beta2"], help="AdamW's beta2 (beta1 is 0.9)")
+    g.add_argument("--clip-norm", type=float, default=d["clip_norm"], help="gradient norm clip; 0 for none")
+    g.add_argument("--eval-every", type=int, default=d["eval_every"], help="steps between validation losses")
+    g.add_argument("--train-fraction", type=float, default=0.9, help="the first share of the text for training")
+    g.add_argument("--half", action="store_true", help="store the weights in float16 (half the file size)")
+    g.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, mps ... (default cpu)")
+    g.add_argument("--threads", type=int, default=1, help="CPU threads for PyTorch (default 1)")
+    g.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    s = commands.add_parser("gpt-sample", help="sample text from a checkpoint written by gpt-train (chapter 10)")
+    s.add_argument("checkpoint", help="a checkpoint written by gpt-train")
+    s.add_argument("--prompt", default=None, help="the text to continue (default: a newline)")
+    s.add_argument("--length", type=int, default=200, help="characters to generate per sample (default 200)")
+    s.add_argument("--temperature", type=float, default=1.0, help="> 0; 0 for greedy (default 1.0)")
+    s.add_argument("--top-k", type=int, default=None, help="keep the k most likely characters")
+    s.add_argument("--top-p", type=float, default=None, help="nucleus sampling: keep this share of probability")
+    s.add_argument("--seed", type=int, default=0, help="seed of the sampling (default 0)")
+    s.add_argument("--num-samples", type=int, default=1, help="how many samples (default 1)")
+    s.add_argument("--device", default="cpu", help="cpu, cuda ... (default cpu)")
+    s.add_argument("--threads", type=int, default=1, help="CPU threads for PyTorch (default 1)")
+
+
+def _fail(message: str) -> None:
+    raise SystemExit(f"error: {message}")
+
+
+def _check_device(value: str) -> None:
+    try:
+        device = torch.device(value)
+    except RuntimeError:
+        _fail(f"--device {value!r} is not a device PyTorch knows (cpu, cuda, cuda:1, mps)")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        _fail(f"--device {value} was asked for, but PyTorch sees no CUDA GPU")
+
+
+def _check_gpt_train_args(args: argparse.Namespace) -> None:
+    """Everything that would fail during or after training, refused before it starts."""
+    for option in ("steps", "batch_size", "block_size", "d_model", "n_heads", "n_layers", "eval_every", "threads"):
+        if getattr(args, option) < 1:
+            _fail(f"--{option.replace('_', '-')} must be at least 1, got {getattr(args, option)}")
+    if args.d_model % args.n_heads:
+        _fail(f"--d-model ({args.d_model}) must be divisible by --n-heads ({args.n_heads})")
+    if not 0.0 <= args.dropout < 1.0:
+        _fail(f"--dropout must be in [0, 1), got {args.dropout}")
+    if not (args.lr > 0 and math.isfinite(args.lr)):
+        _fail(f"--lr must be a number > 0, got {args.lr}")
+    if not 0.0 <= args.min_lr <= args.lr:
+        _fail(f"--min-lr must be in [0, --lr={args.lr}], got {args.min_lr}")
+    if args.warmup < 0:
+        _fail(f"--warmup must be >= 0, got {args.warmup}")
+    decay = args.steps if args.decay_steps is None else args.decay_steps
+    if decay < args.warmup:
+        _fail(f"--decay-steps ({decay}) must be >= --warmup ({args.warmup})")
+    if not (args.weight_decay >= 0 and math.isfinite(args.weight_decay)):
+        _fail(f"--weight-decay must be >= 0, got {args.weight_decay}")
+    if not 0.0 <= args.beta2 < 1.0:
+        _fail(f"--beta2 must be in [0, 1), got {args.beta2}")
+    if not (args.clip_norm >= 0 and math.isfinite(args.clip_norm)):
+        _fail(f"--clip-norm must be >= 0 (0: no clipping), got {args.clip_norm}")
+    if not 0.0 < args.train_fraction < 1.0:
+        _fail(f"--train-fraction must be in (0, 1), got {args.train_fraction}")
+    if args.seed < 0:
+        _fail(f"--seed must be >= 0, got {args.seed}")
+    folder = os.path.dirname(args.out) or "."
+    if not os.path.isdir(folder):
+        _fail(f"--out {args.out}: the folder {folder} does not exist (create it before training)")
+    if not os.access(folder, os.W_OK):
+        _fail(f"--out {args.out}: the folder {folder} is not writable")
+    if os.path.isdir(args.out):
+        _fail(f"--out {args.out} is a folder; give a file name such as {os.path.join(args.out, 'gpt.pt')}")
+    if args.text is not None and not os.path.isfile(args.text):
+        _fail(f"--text {args.text}: no such file")
+    _check_device(args.device)
+
+
+def _gpt_train(args: argparse.Namespace) -> int:
+    _check_gpt_train_args(args)
+    torch.set_num_threads(args.threads)
+    source = args.text if args.text is not None else (args.corpus or "shakespeare")
+    try:
+        text = load_corpus(source)
+    except (ValueError, FileNotFoundError) as error:
+        _fail(f"--text {source}: {error}")
+    if not text:
+        _fail(f"{source} is empty")
+    tokenizer = TextTokenizer.from_text(text)
+    train_data, val_data = split_text(tokenizer.encode(text), args.train_fraction)
+    for name, data in (("training", train_data), ("validation", val_data)):
+        if len(data) < args.block_size + 1:
+            _fail(
+                f"the {name} split of {source} has {len(data)} characters, fewer than --block-size + 1 = "
+                f"{args.block_size + 1}; use a longer text or a smaller --block-size"
+            )
+    config = GPTConfig(
+        vocab_size=tokenizer.vocab_size,
+        block_size=args.block_size,
+        d_model=args.d_model,
+        n_heads=args.n_heads,
+        n_layers=args.n_layers,
+        dropout=args.dropout,
+    )
+    torch.manual_seed(args.seed)
+    model = GPT(config).to(args.device)
+    history = train_gpt(
+        model,
+        train_data,
+        val_data,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        block=args.block_size,
+        lr=args.lr,
+        min_lr=args.min_lr,
+        warmup=args.warmup,
+        decay_steps=args.decay_steps,
+        weight_decay=args.weight_decay,
+        betas=(0.9, args.beta2),
+        clip_norm=args.clip_norm or None,
+        eval_every=args.eval_every,
+        seed=args.seed,
+        progress=not args.no_progress,
+    )
+    if not is_main_process():  # under torchrun only rank 0 prints and saves
+        return 0
+    options = {k: v for k, v in vars(args).items() if k not in ("command", "out")}
+    options["source"] = str(source)
+    save_gpt(model.cpu(), args.out, tokenizer, half=args.half, options=options, history=history.to_dict())
+    n_params = sum(p.numel() for p in model.parameters())
+    print(f"trained {n_params} parameters on {source} for {args.steps} steps in {history.seconds:.1f} s")
+    print(f"validation loss (whole split, windows of {args.block_size}): {history.val_loss[-1]:.4f}")
+    print(f"checkpoint written to {args.out}")
+    return 0
+
+
+def _gpt_sample(args: argparse.Namespace) -> int:
+    if args.threads < 1:
+        _fail(f"--threads must be at least 1, got {args.threads}")
+    if args.length < 0:
+        _fail(f"--length must be >= 0, got {args.length}")
+    if args.num_samples < 1:
+        _fail(f"--num-samples must be at least 1, got {args.num_samples}")
+    if not (args.temperature >= 0 and math.isfinite(args.temperature)):
+        _fail(f"--temperature must be a number >= 0 (0: greedy), got {args.temperature}")
+    if args.top_k is not None and args.top_k < 1:
+        _fail(f"--top-k must be at least 1, got {args.top_k}")
+    if args.top_p is not None and not 0.0 < args.top_p <= 1.0:
+        _fail(f"--top-p must be in (0, 1], got {args.top_p}")
+    if args.seed < 0:
+        _fail(f"--seed must be >= 0, got {args.seed}")
+    _check_device(args.device)
+    torch.set_num_threads(args.threads)
+    try:
+        model, tokenizer = load_gpt(args.checkpoint, map_location=args.device)
+    except (FileNotFoundError, ValueError) as error:
+        _fail(str(error))
+    prompt = args.prompt
+    if prompt is None:
+        if "\n" not in tokenizer.chars:
+            _fail("the vocabulary has no newline to start from: give a --prompt")
+        prompt = "\n"
+    if not prompt:
+        _fail("--prompt must not be empty (the model needs at least one character to continue)")
+    unknown = sorted(set(prompt) - set(tokenizer.chars))
+    if unknown:
+        _fail(f"--prompt holds characters the model never saw: {unknown[:10]}")
+    idx = tokenizer.encode(prompt).to(model.lm_head.weight.device).repeat(args.num_samples, 1)  # (N, T0)
+    generator = torch.Generator(device=idx.device).manual_seed(args.seed)
+    out = model.generate(
+        idx, args.length, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, generator=generator
+    )
+    for i, row in enumerate(out.cpu()):
+        if args.num_samples > 1:
+            print(f"--- sample {i + 1} ---")
+        print(tokenizer.decode(row))
+    return 0
+
+
+GPT_COMMANDS = {"gpt-train": _gpt_train, "gpt-sample": _gpt_sample}
 
 
 if __name__ == "__main__":
