@@ -50,6 +50,7 @@ case "$command" in
     notebooks)
         setup requirements-test.txt
         "$PYTHON" tools/execute_notebooks.py "$@"
+        "$PYTHON" tools/chapter_times.py      # each chapter's time, from its counts and the kernel time just measured
         exec "$PYTHON" tools/editions.py
         ;;
     *)

@@ -232,3 +232,17 @@ def test_the_workspace_command_creates_the_copy(tmp_path):
     ).stdout
     assert "never overwritten" in out
     assert sorted(p.name for p in dest.glob("*.ipynb")) == [p.name for p in LEARNER]
+
+
+def test_each_chapter_states_its_measured_time():
+    """The "**Time:**" line of every title cell and chapter 00's map agree with tools/chapter_times.py."""
+    times = load("chapter_times")
+    for path in SOURCES:
+        notebook = json.loads(path.read_text(encoding="utf-8"))
+        _, changed = times.updated(notebook)
+        assert not changed, f"{path.name}: stale time line; run python tools/chapter_times.py"
+        title = editions.source_text(notebook["cells"][0])
+        assert "**Time:** about" in title and "min of reading" in title, path.name
+    start = json.loads((ROOT / "notebooks" / "solutions" / "00_start_here.ipynb").read_text(encoding="utf-8"))
+    totals = {p.stem: times.total_minutes(times.estimate(json.loads(p.read_text(encoding="utf-8")))) for p in SOURCES}
+    assert not times.update_map(start, totals), "chapter 00's map of the course: stale times"

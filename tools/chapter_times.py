@@ -65,7 +65,7 @@ def estimate(notebook: dict) -> dict[str, float]:
 
 
 def time_line(numbers: dict[str, float]) -> str:
-    total = 5 * max(1, math.ceil(numbers["total"] / 5))  # to the next 5 minutes
+    total = total_minutes(numbers)  # to the next 5 minutes
     parts = [
         f"{round(numbers['reading'])} min of reading ({numbers['words']:.0f} words, "
         f"{numbers['code_lines']:.0f} lines of code)"
@@ -93,6 +93,48 @@ def updated(notebook: dict) -> tuple[dict, bool]:
     return notebook, changed
 
 
+def total_minutes(numbers: dict[str, float]) -> int:
+    return 5 * max(1, math.ceil(numbers["total"] / 5))
+
+
+def update_map(notebook: dict, totals: dict[str, int]) -> bool:
+    """Write each chapter's time into the last column ("time") of chapter 00's map of the course."""
+    changed = False
+    for cell in notebook["cells"]:
+        text = _text(cell)
+        if cell.get("cell_type") != "markdown" or not text.startswith("## The map of the course"):
+            continue
+        lines = text.split("\n")
+        for i, line in enumerate(lines):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("|") else []
+            if not cells:
+                continue
+            if cells[0] == "chapter":
+                if cells[-1] != "time":
+                    cells.append("time")
+            elif set(cells[0]) <= {"-", " "}:
+                if len(cells) < len([c for c in lines[i - 1].strip().strip("|").split("|")]):
+                    cells.append("---")
+            else:
+                name = next((c.strip("`") for c in cells if c.startswith("`") and c.strip("`") in totals), None)
+                time = f"{totals[name]} min" if name else "-"
+                header = [c.strip() for c in lines[_header_index(lines)].strip().strip("|").split("|")]
+                if len(cells) < len(header):
+                    cells.append(time)
+                else:
+                    cells[-1] = time
+            new = "| " + " | ".join(cells) + " |"
+            if new != line:
+                lines[i], changed = new, True
+        if changed:
+            cell["source"] = "\n".join(lines).splitlines(keepends=True)
+    return changed
+
+
+def _header_index(lines: list[str]) -> int:
+    return next(i for i, line in enumerate(lines) if line.startswith("| chapter"))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true")
@@ -109,6 +151,17 @@ def main(argv: list[str] | None = None) -> int:
             stale.append(path.name)
             if not args.check:
                 path.write_text(json.dumps(notebook, indent=1, sort_keys=True, ensure_ascii=False) + "\n", "utf-8")
+    totals = {
+        p.stem: total_minutes(estimate(json.loads(p.read_text(encoding="utf-8"))))
+        for p in sorted((ROOT / "notebooks" / "solutions").glob("[0-9][0-9]_*.ipynb"))
+    }
+    start = ROOT / "notebooks" / "solutions" / "00_start_here.ipynb"
+    if start.exists():
+        notebook = json.loads(start.read_text(encoding="utf-8"))
+        if update_map(notebook, totals):
+            stale.append(f"{start.name} (map)")
+            if not args.check:
+                start.write_text(json.dumps(notebook, indent=1, sort_keys=True, ensure_ascii=False) + "\n", "utf-8")
     if args.check and stale:
         print(f"stale times in {stale}: run python tools/chapter_times.py", file=sys.stderr)
         return 1
