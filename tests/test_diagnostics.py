@@ -98,3 +98,41 @@ def test_warmup_changes_the_first_step() -> None:
 def test_train_norm_placement_rejects_bad_arguments(kwargs: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         dg.train_norm_placement(True, **kwargs)
+
+
+def test_compare_norm_placement_runs_every_arm_for_every_seed() -> None:
+    kw = dict(steps=2, n_layers=1, d_model=8, n_heads=2, d_ff=16, length=4, batch_size=4, vocab_size=5)
+    arms = {
+        "post": {"norm_first": False, "lr": 1e-2},
+        "post, warm": {"norm_first": False, "lr": 1e-2, "warmup_steps": 5},
+    }
+    runs = dg.compare_norm_placement(arms, seeds=(0, 3), **kw)
+    assert list(runs) == ["post", "post, warm"] and all(len(r) == 2 for r in runs.values())
+    # each run is train_norm_placement's, with its seed
+    assert runs["post"][1] == dg.train_norm_placement(False, 1e-2, seed=3, **kw)
+    assert runs["post, warm"][0] == dg.train_norm_placement(False, 1e-2, warmup_steps=5, seed=0, **kw)
+    # one seed: the arms start from the same weights and data (same first loss); seeds differ
+    assert runs["post"][0]["loss"][0] == runs["post, warm"][0]["loss"][0] != runs["post"][1]["loss"][0]
+
+
+@pytest.mark.parametrize(
+    ("arms", "seeds", "setting", "error", "match"),
+    [
+        ({}, (0,), {}, TypeError, "arms"),
+        ({"a": {"norm_first": True}}, (0,), {}, ValueError, "norm_first and lr"),
+        ({"a": {"norm_first": True, "lr": 1e-3}}, (), {}, TypeError, "seeds"),
+        ({"a": {"norm_first": True, "lr": 1e-3}}, (0.5,), {}, TypeError, "seeds must be ints"),
+        ({"a": {"norm_first": True, "lr": 1e-3}}, (0,), {"seed": 1}, ValueError, "seeds=\\(...\\)"),
+        ({"a": {"norm_first": True, "lr": 1e-3, "steps": 2}}, (0,), {"steps": 3}, ValueError, "steps"),
+    ],
+)
+def test_compare_norm_placement_rejects_bad_arguments(arms, seeds, setting, error, match) -> None:
+    with pytest.raises(error, match=match):
+        dg.compare_norm_placement(arms, seeds, **setting)
+
+
+def test_reverse_task_model_embeds_tokens_at_the_scale_of_the_positions() -> None:
+    torch.manual_seed(0)
+    model = dg.ReverseTaskModel(50, 64, 2, 16, 1, norm_first=True, max_len=8)
+    embedded = model.embed(torch.arange(50).unsqueeze(0))  # (1, 50, 64), times sqrt(d_model)
+    assert 0.8 < float(embedded.detach().pow(2).mean()) < 1.2  # unit variance, like the positional encoding's entries

@@ -115,3 +115,30 @@ def test_no_warnings_when_drawing() -> None:
         plotting.normalization_axes_cube()
         plotting.normalization_axes_unfolded()
         plotting.normalization_statistics(x, mask)
+
+
+def test_norm_placement_seeds_draws_one_line_per_seed() -> None:
+    losses = {"Post-Norm": [[2.3] * 6, [2.2] * 6], "Pre-Norm": [[2.0, 1.0, 0.5, 0.2, 0.1, 0.1], [1.0] * 6]}
+    fig = plotting.norm_placement_seeds(losses, {"Post-Norm": [0.3, 0.2], "Pre-Norm": [0.1, 0.1]}, smooth=3, chance=2.3)
+    ax = fig.axes[0]
+    assert len(fig.axes) == 2 and ax.get_yscale() == "log"
+    lines = ax.get_lines()
+    assert len(lines) == 4 + 1  # two arms x two seeds, and the chance line
+    np.testing.assert_allclose(lines[2].get_ydata(), [7 / 6, 0.5666667, 0.2666667, 0.1333333], rtol=1e-6)
+    assert list(lines[2].get_xdata()) == [3, 4, 5, 6]  # the step at the end of each window
+    assert lines[0].get_color() == lines[1].get_color() != lines[2].get_color()  # one colour per arm
+    assert len(plotting.norm_placement_seeds(losses, smooth=1, warmup_steps=2).axes) == 1
+
+
+@pytest.mark.parametrize(
+    ("losses", "smooth", "error", "match"),
+    [
+        ({"a": [[1.0, 2.0]]}, 0, ValueError, "smooth"),
+        ({}, 2, TypeError, "losses"),
+        ({"a": [1.0, 2.0]}, 2, ValueError, r"losses\['a'\]"),
+        ({"a": [[1.0, 2.0], [1.0]]}, 2, TypeError, r"losses\['a'\]"),
+    ],
+)
+def test_norm_placement_seeds_refuses_bad_input(losses, smooth, error, match) -> None:
+    with pytest.raises(error, match=match):
+        plotting.norm_placement_seeds(losses, smooth=smooth)

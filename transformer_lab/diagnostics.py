@@ -6,7 +6,8 @@ Two experiments that make the residual connection (残差连接) and the place o
   path; one backward pass; the gradient norm of every block's weights.
 - `train_norm_placement`: the same small encoder stack trained with Post-Norm (the paper's figure,
   note 002's "Add & Norm") or Pre-Norm (the notes' code) on a small synthetic task, with the same
-  seed, data and learning rate; returns the loss curve and the per-layer gradient norms.
+  seed, data and learning rate, with or without a learning-rate warm-up; returns the loss curve and
+  the per-layer gradient norms. `compare_norm_placement` trains several such arms over several seeds.
 
 Both are deterministic for a given seed on one thread, fast enough for a notebook (seconds), and
 general: they build everything from the library's own modules.
@@ -16,14 +17,14 @@ Shape legend: B batch, T sequence length, D d_model, V vocabulary size.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer_lab._checks import check_positive_int
+from transformer_lab._checks import check_positive_int, trusted
 from transformer_lab.embedding import PositionalEncoding, TokenEmbedding
 from transformer_lab.encoder import Encoder
 from transformer_lab.feedforward import FeedForward
@@ -36,6 +37,7 @@ __all__ = [
     "reverse_task_batch",
     "ReverseTaskModel",
     "train_norm_placement",
+    "compare_norm_placement",
 ]
 
 
@@ -50,13 +52,20 @@ def gradient_norms(modules: Sequence[nn.Module]) -> list[float]:
     """
     if isinstance(modules, nn.Module):
         raise TypeError("modules must be a sequence of nn.Module (e.g. model.layers), got a single module")
-    norms = []
+    per_module = []
     for i, module in enumerate(modules):
         if not isinstance(module, nn.Module):
             raise TypeError(f"modules[{i}] must be an nn.Module, got {type(module).__name__}")
-        total = sum(float(p.grad.detach().pow(2).sum()) for p in module.parameters() if p.grad is not None)
-        norms.append(math.sqrt(total))
-    return norms
+        grads = [p.grad.detach() for p in module.parameters() if p.grad is not None]
+        if not grads:
+            per_module.append(None)
+            continue
+        # the norm of all gradients together = the norm of the per-parameter norms (in float64)
+        norms = torch.stack([n.double() for n in torch._foreach_norm(grads)])
+        per_module.append(torch.linalg.vector_norm(norms))
+    known = [n for n in per_module if n is not None]
+    values = iter(torch.stack(known).tolist() if known else [])  # one conversion for all modules
+    return [0.0 if n is None else next(values) for n in per_module]
 
 
 class FeedForwardStack(nn.Module):
@@ -122,7 +131,11 @@ def reverse_task_batch(
 
 
 class ReverseTaskModel(nn.Module):
-    """Token embedding + positional encoding + `Encoder` + a linear read-out, for `train_norm_placement`."""
+    """Token embedding + positional encoding + `Encoder` + a linear read-out, for `train_norm_placement`.
+
+    The embedding table starts as `tl.Transformer`'s does (N(0, 1/d_model), chapter 09), so that after the
+    sqrt(d_model) scale the embedded tokens have the positional encoding's size and the positions are visible.
+    """
 
     def __init__(
         self, vocab_size: int, d_model: int, n_heads: int, d_ff: int, n_layers: int, norm_first: bool, max_len: int
@@ -132,9 +145,12 @@ class ReverseTaskModel(nn.Module):
         self.position = PositionalEncoding(d_model, max_len=max_len)
         self.encoder = Encoder(d_model, n_heads, d_ff, n_layers, dropout=0.0, norm_first=norm_first)
         self.readout = nn.Linear(d_model, vocab_size)
+        nn.init.normal_(self.embed.embedding.weight, mean=0.0, std=d_model**-0.5)
 
     def forward(self, tokens: Tensor) -> Tensor:
-        return self.readout(self.encoder(self.position(self.embed(tokens))))  # (B, T, V)
+        x = self.position(self.embed(tokens))  # (B, T, D)
+        with trusted():  # the shapes are ours: skip the layers' per-call argument checks
+            return self.readout(self.encoder(x))  # (B, T, V)
 
 
 def train_norm_placement(
@@ -175,7 +191,7 @@ def train_norm_placement(
         raise ValueError(f"warmup_steps must be an int >= 0, got {warmup_steps!r}")
     torch.manual_seed(seed)
     model = ReverseTaskModel(vocab_size, d_model, n_heads, d_ff, n_layers, norm_first, max_len=length)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr, foreach=True)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: min(1.0, (step + 1) / warmup_steps) if warmup_steps else 1.0
     )
@@ -197,3 +213,42 @@ def train_norm_placement(
     with torch.no_grad():
         accuracy = float((model(tokens).argmax(-1) == targets).float().mean())
     return {"loss": losses, "grad_norms": grad_norms, "accuracy": [accuracy]}
+
+
+def compare_norm_placement(
+    arms: Mapping[str, Mapping[str, Any]], seeds: Sequence[int] = (0, 1, 2), **setting: Any
+) -> dict[str, list[dict[str, list[float] | list[list[float]]]]]:
+    """Train every arm once per seed with `train_norm_placement` (chapter 05).
+
+    For one seed every arm starts from the same initial weights and sees the same batches, so the arms
+    differ only in what their keyword arguments change.
+
+    Args:
+        arms: {arm name: the keyword arguments of `train_norm_placement` that this arm sets}, e.g.
+            {"Post-Norm": {"norm_first": False, "lr": 2e-2},
+             "Post-Norm + warm-up": {"norm_first": False, "lr": 2e-2, "warmup_steps": 60}}.
+            Each arm must set `norm_first` and `lr`.
+        seeds: the seeds; each gives its own initial weights, batches and held-out batch.
+        **setting: the keyword arguments shared by every arm (steps, n_layers, d_model, ...).
+
+    Returns:
+        {arm name: [the run of each seed, in the order of `seeds`]}, each run as `train_norm_placement`
+        returns it.
+    """
+    if not isinstance(arms, Mapping) or not arms:
+        raise TypeError(f"arms must be a non-empty dict {{name: keyword arguments}}, got {arms!r}")
+    if isinstance(seeds, (str, bytes)) or not isinstance(seeds, Sequence) or not seeds:
+        raise TypeError(f"seeds must be a non-empty list of ints, got {seeds!r}")
+    if any(isinstance(s, bool) or not isinstance(s, int) for s in seeds):
+        raise TypeError(f"seeds must be ints, got {list(seeds)!r}")
+    if "seed" in setting:
+        raise ValueError("pass the seeds as seeds=(...), not seed= in the shared setting")
+    for name, kwargs in arms.items():
+        if not isinstance(kwargs, Mapping) or not {"norm_first", "lr"} <= set(kwargs):
+            raise ValueError(f"arms[{name!r}] must be a dict that sets at least norm_first and lr, got {kwargs!r}")
+        if "seed" in kwargs or set(kwargs) & set(setting):
+            clash = sorted(({"seed"} & set(kwargs)) | (set(kwargs) & set(setting)))
+            raise ValueError(f"arms[{name!r}] sets {clash}, which the seeds or the shared setting already set")
+    return {
+        name: [train_norm_placement(**kwargs, **setting, seed=seed) for seed in seeds] for name, kwargs in arms.items()
+    }

@@ -17,7 +17,7 @@ from matplotlib.patches import Rectangle
 from matplotlib.ticker import ScalarFormatter
 
 from transformer_lab.normalization import batch_norm_statistics, layer_norm_statistics
-from transformer_lab.plotting.style import CMAP_SIGNED, course_style, curves, heatmap, new_figure, to_numpy
+from transformer_lab.plotting.style import CMAP_SIGNED, STYLE, course_style, curves, heatmap, new_figure, to_numpy
 
 __all__ = [
     "normalization_axes_cube",
@@ -28,12 +28,14 @@ __all__ = [
     "activation_functions",
     "gradient_norms_per_layer",
     "norm_placement_training",
+    "norm_placement_seeds",
 ]
 
 _REAL = "#9ecae1"  # a real token's cell, not in the statistic
 _PAD = "#d9d9d9"  # a padded cell
 _BATCH = "#d62728"  # the cells of one BatchNorm statistic
 _LAYER = "#2ca02c"  # the cells of one LayerNorm statistic
+_COLOURS = [c["color"] for c in STYLE["axes.prop_cycle"]]  # the course's line colours, in order
 
 
 def _lengths_or_full(lengths: Sequence[int] | None, batch: int, length: int) -> list[int]:
@@ -295,4 +297,61 @@ def norm_placement_training(
         for line, values in zip(ax.get_lines(), losses.values(), strict=True):
             ax.plot(range(len(values)), to_numpy(values), color=line.get_color(), alpha=0.2, linewidth=0.8)
     gradient_norms_per_layer(grad_norms, title="gradient norm per layer, first step", ax=axes[0, 1])
+    return fig
+
+
+def norm_placement_seeds(
+    losses: Mapping[str, Sequence[Sequence[float]]],
+    grad_norms: Mapping[str, Sequence[float]] | None = None,
+    smooth: int = 10,
+    chance: float | None = None,
+    warmup_steps: int | None = None,
+) -> Figure:
+    """Several training arms over several seeds: one colour per arm, one line per seed (chapter 05).
+
+    Left: the training loss of every run (moving average over `smooth` steps), log scale, so that a run
+    stuck near chance and a run near zero loss both show. Right (if `grad_norms` is given): one gradient
+    norm per layer for each named run, e.g. at the first step.
+
+    Args:
+        losses: {arm name: [the loss at each step, one list per seed]}.
+        grad_norms: {run name: one gradient norm per layer}, or None for no right panel.
+        smooth: the window of the moving average (1: the raw losses).
+        chance: the loss of a uniform guess (ln V), drawn as a dotted line, or None.
+        warmup_steps: the end of the warm-up, drawn as a vertical line, or None.
+    """
+    if isinstance(smooth, bool) or not isinstance(smooth, int) or smooth < 1:
+        raise ValueError(f"smooth must be an int >= 1, got {smooth!r}")
+    if not isinstance(losses, Mapping) or not losses:
+        raise TypeError(f"losses must be a non-empty dict {{arm name: [one loss curve per seed]}}, got {losses!r}")
+    curves_of = {}
+    for name, runs in losses.items():
+        array = to_numpy(runs, f"losses[{name!r}]")
+        if array.ndim != 2 or array.shape[1] < 1:
+            raise ValueError(
+                f"losses[{name!r}] must be a list of loss curves of one length (one per seed), got shape {array.shape}"
+            )
+        curves_of[name] = array
+    fig, axes = new_figure(1, 2 if grad_norms is not None else 1, size=(11.5 if grad_norms is not None else 6.4, 4.0))
+    ax = axes[0, 0]
+    with course_style():
+        colours = _COLOURS
+        for i, (name, array) in enumerate(curves_of.items()):
+            window = min(smooth, array.shape[1])
+            kernel = np.ones(window) / window
+            steps = np.arange(window, array.shape[1] + 1)  # the step at the end of each window (1-based)
+            for j, run in enumerate(array):
+                label = f"{name} ({len(array)} seeds)" if j == 0 else None
+                ax.plot(steps, np.convolve(run, kernel, mode="valid"), color=colours[i % len(colours)], label=label)
+        if chance is not None:
+            ax.axhline(chance, color="black", linestyle=":", linewidth=1.0, label=f"chance, {chance:.2f}")
+        if warmup_steps:
+            ax.axvline(warmup_steps, color="grey", linestyle="--", linewidth=0.8, label="end of the warm-up")
+        ax.set_yscale("log")
+        ax.set_title(f"training loss, moving average of {smooth} steps")
+        ax.set_xlabel("step")
+        ax.set_ylabel("cross-entropy (log scale)")
+        ax.legend(fontsize=8)
+    if grad_norms is not None:
+        gradient_norms_per_layer(grad_norms, title="gradient norm per layer, first step", ax=axes[0, 1])
     return fig
