@@ -43,7 +43,7 @@ def _notes_shape_reference() -> tuple[int, int, int, int]:
 predict_notes_shape = Exercise(
     "predict_notes_shape",
     reference=_notes_shape_reference,
-    cases=[Case("your shape for table(ids) + pe[:, :ids.size(1)] with ids of shape (2, 3, 1)", lambda: ())],
+    cases=[Case("your shape for table(ids) + pe[:, : 3], ids of shape (2, 3, 1)", lambda: ())],
     hints=[
         "Two steps: first the shape of table(ids), then the shape of that plus pe[:, : 3].",
         "nn.Embedding returns ids.shape + (D,): every id, wherever it sits, becomes a vector of D numbers. "
