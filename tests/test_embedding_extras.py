@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import pytest
 import torch
 from torch import nn
@@ -15,7 +13,6 @@ from transformer_lab.embedding import (
     inverse_frequencies,
     rotation_matrix,
 )
-from transformer_lab.exercises import ch08_embeddings
 
 torch.set_num_threads(1)
 
@@ -118,26 +115,3 @@ def test_learned_positions_refuse_unseen_positions_and_bad_input() -> None:
         module(torch.zeros(1, 2, 4, dtype=torch.long))
     with pytest.raises(ValueError, match="max_len"):
         LearnedPositionalEmbedding(0, 4)
-
-
-@pytest.mark.parametrize("name", ["scaled_embedding", "positional_encoding_table", "offset_rotation"])
-def test_chapter_08_exercises_accept_the_reference_and_reject_known_wrong_answers(name: str) -> None:
-    exercise = getattr(ch08_embeddings, name)
-    assert exercise.passes(exercise.reference)
-    assert len(exercise.wrong) >= 2
-    for wrong in exercise.wrong:
-        assert not exercise.passes(wrong), wrong.__name__
-
-
-def test_exercise_references_agree_with_the_formula() -> None:
-    table = ch08_embeddings.positional_encoding_table.reference(30, 7)
-    for pos in (0, 3, 29):
-        for dim in range(7):
-            angle = pos / 10000 ** ((dim - dim % 2) / 7)
-            expected = math.sin(angle) if dim % 2 == 0 else math.cos(angle)
-            assert abs(table[pos, dim].item() - expected) < 1e-6
-    tokens, weights = torch.tensor([[2, 0]]), torch.randn(3, 9)
-    torch.testing.assert_close(
-        ch08_embeddings.scaled_embedding.reference(tokens, weights),
-        nn.functional.one_hot(tokens, 3).float() @ weights * 3.0,
-    )

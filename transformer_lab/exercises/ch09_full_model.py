@@ -1,193 +1,300 @@
-"""Exercises of chapter 09 (the full model): the Noam learning rate, shifted targets, the
-label-smoothed loss, and the parameter count of a Transformer."""
+"""Exercises of chapter 09, the full model (整体 Transformer): notebooks/09_full_model.ipynb.
+
+1. `predict_untied_extra`: how many parameters the base model would gain with untied embeddings (easy, predict).
+2. `label_smoothed_loss`: the paper's smoothed cross-entropy, PAD-aware, written out (medium, build).
+3. `predict_noam_fractions`: the Noam rate at half and at four times the warm-up, as fractions of the peak
+   (medium, predict).
+4. `gnmt_scores`: the length-penalised score the paper ranks beam hypotheses by, GNMT's ((5 + n) / 6)^alpha
+   (harder, transfer).
+
+Used in the notebook as `from transformer_lab.exercises import ch09_full_model as exercises`.
+Shape legend: B batch, T target positions, V vocabulary size, K hypotheses, L their (padded) length.
+"""
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from transformer_lab import training
 from transformer_lab.exercises.core import Case, Exercise
-from transformer_lab.training import label_smoothed_loss as _label_smoothed_loss
-from transformer_lab.training import noam_lr as _noam_lr
+from transformer_lab.training import label_smoothed_loss as _library_loss
 
-__all__ = ["noam_lr", "shift_targets", "label_smoothed_loss", "parameter_count"]
-
-
-# --- 1. the Noam learning rate at a step ---------------------------------------------------
+__all__ = ["predict_untied_extra", "label_smoothed_loss", "predict_noam_fractions", "gnmt_scores"]
 
 
-def _noam_reference(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
-    return float(_noam_lr(step, d_model, warmup, factor))
+# --- 1. predict: what tying the three embedding matrices saves ------------------------------------
 
 
-def _noam_max(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
-    return factor * d_model**-0.5 * max(step**-0.5, step * warmup**-1.5)
+def _untied_extra_reference() -> int:
+    vocab, d_model = 37000, 512
+    one_matrix = vocab * d_model  # a (V, d_model) table: 18,944,000 numbers
+    # tied: ONE matrix serves the source embedding, the target embedding and the pre-softmax Linear
+    # untied: three matrices, so two more (the output Linear of tl.Transformer has no bias)
+    return 2 * one_matrix  # 37,888,000
 
 
-def _noam_no_dmodel(step: int, d_model: int, warmup: int, factor: float = 1.0) -> float:
-    return factor * min(step**-0.5, step * warmup**-1.5)
-
-
-noam_lr = Exercise(
-    "noam_lr",
-    _noam_reference,
-    [
-        Case("step 1 (the start of the warm-up)", lambda: (1, 512, 4000), atol=1e-12, rtol=1e-9),
-        Case("during the warm-up", lambda: (1000, 512, 4000), atol=1e-12, rtol=1e-9),
-        Case("at the peak (step == warmup)", lambda: (4000, 512, 4000), atol=1e-12, rtol=1e-9),
-        Case("after the warm-up", lambda: (20000, 512, 4000), atol=1e-12, rtol=1e-9),
-        Case("a small model with a scale factor", lambda: (50, 64, 200, 2.0), atol=1e-12, rtol=1e-9),
-    ],
+predict_untied_extra = Exercise(
+    "predict_untied_extra",
+    reference=_untied_extra_reference,
+    cases=[Case("your count of the extra parameters of the untied base model", lambda: ())],
     hints=[
-        """
-    lr = factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5).
-    The first term of the min wins after the warm-up, the second during it; they meet at step == warmup.
-    """
+        "Which matrices does section 3.4 of the paper share, and what shape does each of them have?",
+        "The source embedding, the target embedding and the pre-softmax Linear are each a 37000 x 512 matrix "
+        "(the Linear has no bias in tl.Transformer). Tied, the model holds one copy of it.",
+        "Untied, the model holds three such matrices instead of one. The extra count is a whole number of "
+        "37000 x 512 matrices.",
     ],
-    level="medium",
-    kind="build",
-    wrong=[_noam_max, _noam_no_dmodel],
+    level="easy",
+    kind="predict",
+    wrong=[lambda: 37000 * 512, lambda: 3 * 37000 * 512, lambda: 2 * 37000],
+    why=(
+        "2 x 37000 x 512 = 37,888,000: tied, one (V, d_model) matrix serves three places; untied there are three, "
+        "two more than tied. That is more than half the base model again (63 M -> 101 M), all of it in "
+        "look-up tables."
+    ),
+    explain={
+        37000 * 512: "that is ONE (V, d_model) matrix. Untied, how many of them does the model hold, and tied?",
+        3 * 37000 * 512: "that is all three matrices of the untied model; the tied model already holds one of them.",
+        2 * 37000 * 512 + 37000: "the two extra matrices are right; the output Linear of tl.Transformer has no bias.",
+        2 * 37000: "a matrix of the embedding has a row of d_model = 512 numbers per token, not one number.",
+    },
 )
 
 
-# --- 2. teacher forcing: decoder input and output from a padded target ----------------------
-
-
-def _shift_reference(target: Tensor, bos_id: int, eos_id: int, pad_id: int) -> tuple[Tensor, Tensor]:
-    b = target.shape[0]
-    pad_column = torch.full((b, 1), pad_id, dtype=target.dtype)
-    tgt_in = torch.cat([torch.full((b, 1), bos_id, dtype=target.dtype), target], dim=1)  # (B, T + 1)
-    tgt_out = torch.cat([target, pad_column], dim=1)  # (B, T + 1)
-    lengths = (target != pad_id).sum(dim=1)  # (B,)
-    tgt_out[torch.arange(b), lengths] = eos_id  # EOS right after the last real token
-    return tgt_in, tgt_out
-
-
-def _shift_eos_at_end(target: Tensor, bos_id: int, eos_id: int, pad_id: int) -> tuple[Tensor, Tensor]:
-    b = target.shape[0]
-    tgt_in = torch.cat([torch.full((b, 1), bos_id, dtype=target.dtype), target], dim=1)
-    tgt_out = torch.cat([target, torch.full((b, 1), eos_id, dtype=target.dtype)], dim=1)
-    return tgt_in, tgt_out
-
-
-def _shift_no_shift(target: Tensor, bos_id: int, eos_id: int, pad_id: int) -> tuple[Tensor, Tensor]:
-    tgt_in, tgt_out = _shift_reference(target, bos_id, eos_id, pad_id)
-    return tgt_out, tgt_out  # the decoder would see the token it must predict
-
-
-shift_targets = Exercise(
-    "shift_targets",
-    _shift_reference,
-    [
-        Case("one full row", lambda: (torch.tensor([[7, 8, 9]]), 1, 2, 0)),
-        Case("rows of different lengths, padded", lambda: (torch.tensor([[7, 8, 9, 5], [6, 4, 0, 0]]), 1, 2, 0)),
-        Case("an empty target (all padding)", lambda: (torch.tensor([[5, 6], [0, 0]]), 1, 2, 0)),
-        Case("other special ids", lambda: (torch.tensor([[10, 11, 3, 3], [12, 3, 3, 3]]), 0, 1, 3)),
-    ],
-    hints=[
-        """
-    Both outputs have T + 1 columns. tgt_in puts BOS in front of the target (the decoder's input is
-    the answer shifted right). tgt_out is the target followed by EOS, then padding: EOS goes at
-    column `length` of each row, where length = number of non-PAD tokens, not at the very end.
-    """
-    ],
-    level="medium",
-    kind="build",
-    wrong=[_shift_eos_at_end, _shift_no_shift],
-)
-
-
-# --- 3. the label-smoothed loss --------------------------------------------------------------
+# --- 2. build: the label-smoothed loss -------------------------------------------------------------
 
 
 def _smoothing_reference(logits: Tensor, target: Tensor, pad_id: int, smoothing: float) -> Tensor:
-    return _label_smoothed_loss(logits, target, pad_id, smoothing)
+    vocab = logits.shape[-1]
+    log_p = logits - logits.logsumexp(-1, keepdim=True)  # (B, T, V): log-softmax
+    q = torch.full_like(log_p, smoothing / (vocab - 2))  # eps spread over V - 2 tokens (not PAD, not y)
+    q.scatter_(-1, target.unsqueeze(-1), 1 - smoothing)  # the right token gets 1 - eps
+    q[..., pad_id] = 0.0  # PAD is never a right answer
+    per_position = -(q * log_p).sum(-1)  # (B, T): cross-entropy against q
+    real = target != pad_id  # (B, T): positions that count
+    return per_position[real].sum() / real.sum()  # mean over real positions only
 
 
-def _smoothing_pytorch(logits: Tensor, target: Tensor, pad_id: int, smoothing: float) -> Tensor:
+def _smoothing_pytorch(logits, target, pad_id, smoothing):  # noqa: ANN001, ANN202
     v = logits.shape[-1]
     return F.cross_entropy(logits.reshape(-1, v), target.reshape(-1), ignore_index=pad_id, label_smoothing=smoothing)
 
 
-def _smoothing_counts_pad(logits: Tensor, target: Tensor, pad_id: int, smoothing: float) -> Tensor:
+def _smoothing_counts_pad_positions(logits, target, pad_id, smoothing):  # noqa: ANN001, ANN202
     log_p = logits.log_softmax(-1)
-    v = logits.shape[-1]
-    q = torch.full_like(log_p, smoothing / (v - 2))
+    q = torch.full_like(log_p, smoothing / (logits.shape[-1] - 2))
     q.scatter_(-1, target.unsqueeze(-1), 1 - smoothing)
     q[..., pad_id] = 0
     return -(q * log_p).sum(-1).mean()  # averages over padded positions too
 
 
-def _logits_case(seed: int, v: int = 6) -> tuple[Tensor, Tensor, int, float]:
-    g = torch.Generator().manual_seed(seed)
-    logits = torch.randn(2, 4, v, generator=g)
-    target = torch.randint(1, v, (2, 4), generator=g)
-    target[1, 2:] = 0
-    return logits, target, 0, 0.1
+def _smoothing_mass_on_pad(logits, target, pad_id, smoothing):  # noqa: ANN001, ANN202
+    log_p = logits.log_softmax(-1)
+    q = torch.full_like(log_p, smoothing / (logits.shape[-1] - 1))  # PAD gets a share of eps
+    q.scatter_(-1, target.unsqueeze(-1), 1 - smoothing)
+    real = target != pad_id
+    return -(q * log_p).sum(-1)[real].mean()
+
+
+def _smoothing_sum(logits, target, pad_id, smoothing):  # noqa: ANN001, ANN202
+    log_p = logits.log_softmax(-1)
+    q = torch.full_like(log_p, smoothing / (logits.shape[-1] - 2))
+    q.scatter_(-1, target.unsqueeze(-1), 1 - smoothing)
+    q[..., pad_id] = 0
+    real = target != pad_id
+    return -(q * log_p).sum(-1)[real].sum()  # a sum: grows with the batch
+
+
+def _smoothing_with_library(logits, target, pad_id, smoothing):  # noqa: ANN001, ANN202
+    return training.label_smoothed_loss(logits, target, pad_id, smoothing)
+
+
+def _smoothing_by_name(logits, target, pad_id, smoothing):  # noqa: ANN001, ANN202
+    import transformer_lab as tl
+
+    return getattr(tl.training, "label_smoothed" + "_loss")(logits, target, pad_id, smoothing)
+
+
+def _logits_case(seed: int, vocab: int = 6, pad_from: int | None = 2, smoothing: float = 0.1):  # noqa: ANN202
+    def inputs() -> tuple[Tensor, Tensor, int, float]:
+        generator = torch.Generator().manual_seed(seed)
+        logits = torch.randn(2, 4, vocab, generator=generator)  # (B, T, V)
+        target = torch.randint(1, vocab, (2, 4), generator=generator)  # (B, T), never PAD = 0
+        if pad_from is not None:
+            target[1, pad_from:] = 0  # the second answer is shorter: padded
+        return logits, target, 0, smoothing
+
+    return inputs
 
 
 label_smoothed_loss = Exercise(
     "label_smoothed_loss",
-    _smoothing_reference,
-    [
-        Case("no smoothing (plain cross-entropy)", lambda: (*_logits_case(0)[:3], 0.0)),
-        Case("eps = 0.1 with padded positions", lambda: _logits_case(1)),
-        Case("eps = 0.3, a bigger vocabulary", lambda: (*_logits_case(2, v=11)[:3], 0.3)),
+    reference=_smoothing_reference,
+    cases=[
+        Case("no smoothing (plain cross-entropy), no padding", _logits_case(0, pad_from=None, smoothing=0.0)),
+        Case("eps = 0.1, no padding", _logits_case(3, pad_from=None)),
+        Case("eps = 0.1 with padded positions", _logits_case(1)),
+        Case("eps = 0.3, a bigger vocabulary", _logits_case(2, vocab=11, smoothing=0.3)),
+        Case("a row that is almost all padding", _logits_case(4, vocab=8, pad_from=1, smoothing=0.2)),
     ],
     hints=[
-        """
-    Build q of shape (B, T, V): smoothing / (V - 2) everywhere, 1 - smoothing at the true token
-    (scatter_), 0 in the PAD column. The loss at a position is -(q * log_softmax(logits)).sum(-1);
-    average it over the positions whose target is not PAD only.
-    """
+        "Two steps: the smoothed target q for every position (a (B, T, V) tensor), then the cross-entropy "
+        "-sum_c q_c log p_c, averaged. Which positions count in the average?",
+        "Start q as a tensor full of eps / (V - 2), shaped like the logits; put 1 - eps at each position's right "
+        "token (scatter_ along the last axis with target.unsqueeze(-1)); set the PAD column to 0. log p is "
+        "log_softmax of the logits over the last axis.",
+        "The loss at a position is -(q * log_p).sum(-1), shape (B, T). Average it over the positions where "
+        "target != pad_id only: pick them with that boolean mask (or multiply by it and divide by its sum).",
     ],
     level="medium",
     kind="build",
-    wrong=[_smoothing_pytorch, _smoothing_counts_pad],
+    wrong=[_smoothing_pytorch, _smoothing_counts_pad_positions, _smoothing_mass_on_pad, _smoothing_sum],
+    forbidden=[_library_loss],
+    shortcuts=[_smoothing_with_library, _smoothing_by_name],
 )
 
 
-# --- 4. the parameter count of a Transformer -------------------------------------------------
+# --- 3. predict: the Noam rate away from its peak ---------------------------------------------------
 
 
-def _params_reference(vocab_size: int, d_model: int, d_ff: int, n_layers: int) -> int:
-    d = d_model
-    attention = 4 * (d * d + d)  # W^Q, W^K, W^V, W^O with biases
-    ffn = d * d_ff + d_ff + d_ff * d + d  # two Linear layers with biases
-    norm = 2 * d  # gamma and beta
-    encoder_layer = attention + ffn + 2 * norm
-    decoder_layer = 2 * attention + ffn + 3 * norm
-    embeddings = vocab_size * d  # one matrix, tied to the output projection
-    return embeddings + n_layers * (encoder_layer + decoder_layer)
+def _noam_fractions_reference() -> tuple[float, float]:
+    # lr(step) = c * min(step ** -0.5, step * w ** -1.5) with c = factor * d_model ** -0.5
+    # the peak: lr(w) = c / sqrt(w)
+    # half the warm-up: lr(w / 2) = c * (w / 2) * w ** -1.5 = 0.5 * c / sqrt(w)  (linear rise)
+    # four times the warm-up: lr(4 w) = c / sqrt(4 w) = 0.5 * c / sqrt(w)      (1 / sqrt(step) decay)
+    return (0.5, 0.5)
 
 
-def _params_no_bias(vocab_size: int, d_model: int, d_ff: int, n_layers: int) -> int:
-    d = d_model
-    return vocab_size * d + n_layers * (3 * 4 * d * d + 2 * 2 * d * d_ff)
-
-
-def _params_untied(vocab_size: int, d_model: int, d_ff: int, n_layers: int) -> int:
-    return _params_reference(vocab_size, d_model, d_ff, n_layers) + 2 * vocab_size * d_model
-
-
-parameter_count = Exercise(
-    "parameter_count",
-    _params_reference,
-    [
-        Case("a tiny model", lambda: (10, 4, 8, 1)),
-        Case("the chapter's date model", lambda: (71, 64, 128, 2)),
-        Case("the paper's base model (37000 tokens)", lambda: (37000, 512, 2048, 6)),
-    ],
+predict_noam_fractions = Exercise(
+    "predict_noam_fractions",
+    reference=_noam_fractions_reference,
+    cases=[Case("your (lr(warmup / 2), lr(4 * warmup)) as fractions of lr(warmup)", lambda: ())],
     hints=[
-        """
-    Count one encoder layer (self-attention: four d_model x d_model Linear layers with biases; the
-    FFN: d_model -> d_ff -> d_model with biases; two LayerNorms of 2 * d_model each) and one decoder
-    layer (two attentions, one FFN, three LayerNorms), times n_layers, plus ONE vocab_size x d_model
-    embedding matrix shared by the source, the target and the output projection (Post-Norm: no final norm).
-    """
+        "Which of the two terms of the min is smaller before step = warmup, and which after?",
+        "Before the peak the rate is factor * d_model^-0.5 * step * warmup^-1.5: proportional to the step. After "
+        "it, factor * d_model^-0.5 * step^-0.5. The factor and d_model^-0.5 cancel in a fraction of the peak.",
+        "The peak is lr(warmup) = (factor * d_model^-0.5) / sqrt(warmup). Put step = warmup / 2 into the first "
+        "formula and step = 4 * warmup into the second, and divide each by the peak.",
     ],
     level="medium",
-    kind="build",
-    wrong=[_params_no_bias, _params_untied],
+    kind="predict",
+    wrong=[lambda: (0.5, 0.25), lambda: (0.25, 0.5), lambda: (math.sqrt(0.5), 0.5), lambda: (1.0, 1.0)],
+    why=(
+        "(0.5, 0.5): the rate rises linearly, so half the warm-up gives half the peak; it decays as 1/sqrt(step), "
+        "so it takes four times the warm-up to fall to half again. The decay is much slower than the rise: at "
+        "step 100 w the rate is still a tenth of the peak."
+    ),
+    explain={
+        (0.5, 0.25): "the warm-up half is right. After the peak the rate falls as 1/sqrt(step), not as 1/step.",
+        (0.25, 0.5): "the decay half is right. During the warm-up the rate is proportional to step, not step^2.",
+        (math.sqrt(0.5), 0.5): "the decay half is right. During the warm-up the rate grows like step, not sqrt(step).",
+        (1.0, 1.0): "the rate is not flat around the peak: one term of the min rises, the other falls.",
+        (0.5, 2.0): "after the peak the rate falls: step^-0.5 gets smaller as the step grows.",
+    },
+)
+
+
+# --- 4. transfer: GNMT's length penalty --------------------------------------------------------------
+
+
+def _gnmt_reference(log_probs: Tensor, tokens: Tensor, pad_id: int, alpha: float) -> Tensor:
+    picked = log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # (K, L): log p of each generated token
+    real = tokens != pad_id  # (K, L): the generated tokens, EOS included; PAD after it
+    total = torch.where(real, picked, torch.zeros_like(picked)).sum(-1)  # (K,): log P(y | x)
+    length = real.sum(-1).to(log_probs.dtype)  # (K,): n, EOS counted
+    penalty = ((5 + length) / 6) ** alpha  # (K,): GNMT's lp(y); 1 when alpha = 0
+    return total / penalty  # (K,): higher is better
+
+
+def _gnmt_library_style(log_probs, tokens, pad_id, alpha):  # noqa: ANN001, ANN202
+    picked = log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    real = tokens != pad_id
+    length = real.sum(-1).to(log_probs.dtype)
+    return (picked * real).sum(-1) / length**alpha  # n ** alpha: tl.beam_search's normalisation, not GNMT's
+
+
+def _gnmt_counts_padding(log_probs, tokens, pad_id, alpha):  # noqa: ANN001, ANN202
+    picked = log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    length = (tokens != pad_id).sum(-1).to(log_probs.dtype)
+    return picked.sum(-1) / ((5 + length) / 6) ** alpha  # the log-probs after EOS are added too
+
+
+def _gnmt_full_length(log_probs, tokens, pad_id, alpha):  # noqa: ANN001, ANN202
+    picked = log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    real = tokens != pad_id
+    length = torch.full((tokens.shape[0],), float(tokens.shape[1]), dtype=log_probs.dtype)  # padded length
+    return (picked * real).sum(-1) / ((5 + length) / 6) ** alpha
+
+
+def _gnmt_multiplied(log_probs, tokens, pad_id, alpha):  # noqa: ANN001, ANN202
+    picked = log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    real = tokens != pad_id
+    length = real.sum(-1).to(log_probs.dtype)
+    return (picked * real).sum(-1) * ((5 + length) / 6) ** alpha  # punishes long answers instead
+
+
+def _gnmt_no_eos(log_probs, tokens, pad_id, alpha):  # noqa: ANN001, ANN202
+    picked = log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    real = tokens != pad_id
+    length = real.sum(-1).to(log_probs.dtype) - 1  # EOS not counted in n
+    return (picked * real).sum(-1) / ((5 + length) / 6) ** alpha
+
+
+def _gnmt_by_reference(log_probs, tokens, pad_id, alpha):  # noqa: ANN001, ANN202
+    from transformer_lab.exercises import ch09_full_model
+
+    return ch09_full_model.gnmt_scores.reference(log_probs, tokens, pad_id, alpha)
+
+
+def _gnmt_by_name(log_probs, tokens, pad_id, alpha):  # noqa: ANN001, ANN202
+    import importlib
+
+    module = importlib.import_module("transformer_lab.exercises.ch09_" + "full_model")
+    return getattr(module, "_gnmt_" + "reference")(log_probs, tokens, pad_id, alpha)
+
+
+def _hypotheses(lengths: list[int], vocab: int, seed: int, alpha: float, dtype: torch.dtype = torch.float32):  # noqa: ANN202
+    """K finished hypotheses: random log-softmax rows, tokens 4.. with EOS = 2 at the end, PAD = 0 after it."""
+
+    def inputs() -> tuple[Tensor, Tensor, int, float]:
+        generator = torch.Generator().manual_seed(seed)
+        k, width = len(lengths), max(lengths)
+        log_probs = torch.randn(k, width, vocab, generator=generator, dtype=dtype).log_softmax(-1)  # (K, L, V)
+        tokens = torch.randint(4, vocab, (k, width), generator=generator)  # (K, L)
+        for row, n in enumerate(lengths):
+            tokens[row, n - 1] = 2  # EOS ends each hypothesis
+            tokens[row, n:] = 0  # then PAD
+        return log_probs, tokens, 0, alpha
+
+    return inputs
+
+
+gnmt_scores = Exercise(
+    "gnmt_scores",
+    reference=_gnmt_reference,
+    cases=[
+        Case("two hypotheses of the same length, alpha = 0.6", _hypotheses([5, 5], 9, seed=20, alpha=0.6)),
+        Case("a short and a long one, alpha = 0.6", _hypotheses([3, 11], 12, seed=21, alpha=0.6)),
+        Case("alpha = 0: the plain sum of log-probabilities", _hypotheses([2, 6, 4], 10, seed=22, alpha=0.0)),
+        Case("alpha = 1, a beam of 4", _hypotheses([7, 1, 4, 7], 15, seed=23, alpha=1.0)),
+        Case("one hypothesis that is only EOS", _hypotheses([1], 6, seed=24, alpha=0.6)),
+        Case("float64, lengths 1 to 12", _hypotheses(list(range(1, 13)), 20, seed=25, alpha=0.6, dtype=torch.float64)),
+    ],
+    hints=[
+        "Three pieces per hypothesis: its log-probability (a sum over its real tokens), its length n (EOS counts, "
+        "PAD does not), and GNMT's penalty lp = ((5 + n) / 6) ** alpha. The score is the first divided by the last.",
+        "log_probs[k, t] is the whole distribution at step t; the token that was chosen is tokens[k, t]. gather "
+        "along the last axis with tokens.unsqueeze(-1) picks its log-probability, shape (K, L). The positions "
+        "after EOS hold PAD, and log_probs there are not zero: leave them out of the sum.",
+        "With real = tokens != pad_id: total = picked where real, 0 elsewhere, summed over L; n = real.sum(-1) as "
+        "a float. Then divide total by ((5 + n) / 6) ** alpha.",
+    ],
+    level="harder",
+    kind="transfer",
+    wrong=[_gnmt_library_style, _gnmt_counts_padding, _gnmt_full_length, _gnmt_multiplied, _gnmt_no_eos],
+    shortcuts=[_gnmt_by_reference, _gnmt_by_name],
 )
