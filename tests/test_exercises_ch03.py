@@ -175,6 +175,13 @@ def _gqa_loop_over_heads(x, w_q, w_k, w_v, w_o, n_heads):  # noqa: ANN001, ANN20
     return w_o(torch.cat(outs, dim=-1))
 
 
+def _gqa_with_chapter_01s_attention(x, w_q, w_k, w_v, w_o, n_heads):  # noqa: ANN001, ANN202
+    """The text allows chapter 01's tl.scaled_dot_product_attention (only PyTorch's, which groups itself, is out)."""
+    q, k, v, group, _ = ex._gqa_parts(x, w_q, w_k, w_v, n_heads)
+    heads, _ = tl.scaled_dot_product_attention(q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1))
+    return w_o(heads.transpose(1, 2).reshape(x.shape))
+
+
 def test_right_answers_in_other_styles_pass() -> None:
     answers = {
         ex.split_qkv: [_split_then_heads, _split_unflatten],
@@ -183,7 +190,7 @@ def test_right_answers_in_other_styles_pass() -> None:
             lambda d: tuple(nn.Linear(d, d) for _ in range(4)),
             lambda d: nn.ModuleList([copy.deepcopy(m) for m in [nn.Linear(d, d)] * 4]),
         ],
-        ex.grouped_query_attention: [_gqa_grouped_broadcast, _gqa_loop_over_heads],
+        ex.grouped_query_attention: [_gqa_grouped_broadcast, _gqa_loop_over_heads, _gqa_with_chapter_01s_attention],
         ex.predict_split_strides: [lambda: [24, 4, 8, 1]],
     }
     for exercise, candidates in answers.items():

@@ -19,8 +19,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer_lab.attention import attention as _attention_core
-from transformer_lab.attention import scaled_dot_product_attention
 from transformer_lab.exercises.core import Case, Exercise
 from transformer_lab.multihead import MultiHeadAttention
 
@@ -380,18 +378,6 @@ def _gqa_with_torch_by_name(x, w_q, w_k, w_v, w_o, n_heads):  # noqa: ANN001, AN
     return w_o(heads.transpose(1, 2).reshape(x.shape))
 
 
-def _gqa_with_library(x, w_q, w_k, w_v, w_o, n_heads):  # noqa: ANN001, ANN202
-    q, k, v, group, _ = _gqa_parts(x, w_q, w_k, w_v, n_heads)
-    heads, _ = scaled_dot_product_attention(q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1))
-    return w_o(heads.transpose(1, 2).reshape(x.shape))
-
-
-def _gqa_with_library_core(x, w_q, w_k, w_v, w_o, n_heads):  # noqa: ANN001, ANN202
-    q, k, v, group, _ = _gqa_parts(x, w_q, w_k, w_v, n_heads)
-    heads, _ = _attention_core(q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1))
-    return w_o(heads.transpose(1, 2).reshape(x.shape))
-
-
 grouped_query_attention = Exercise(
     "grouped_query_attention",
     reference=_gqa_reference,
@@ -414,6 +400,6 @@ grouped_query_attention = Exercise(
     level="harder",
     kind="transfer",
     wrong=[_gqa_tiled, _gqa_first_kv_head, _gqa_no_scale, _gqa_scale_by_kv_width, _gqa_no_output_projection],
-    forbidden=["scaled_dot_product_attention", MultiHeadAttention, scaled_dot_product_attention, _attention_core],
-    shortcuts=[_gqa_with_torch, _gqa_with_torch_by_name, _gqa_with_library, _gqa_with_library_core],
+    forbidden=["scaled_dot_product_attention", MultiHeadAttention],
+    shortcuts=[_gqa_with_torch, _gqa_with_torch_by_name],
 )
