@@ -127,3 +127,85 @@ def test_predict_explanations_never_give_the_answer(capsys) -> None:  # noqa: AN
             out = capsys.readouterr().out
             assert "not right" in out and "All correct" not in out
             assert repr(expected) not in out and str(expected) not in text
+
+
+# --- right answers in other styles than the reference's: each must pass (a false rejection is the worst bug) ---
+
+
+def _softmax_amax_loop(scores: torch.Tensor) -> torch.Tensor:
+    flat = scores.reshape(-1, scores.shape[-1])
+    out = torch.empty_like(flat)
+    for i in range(flat.shape[0]):
+        row = flat[i] - flat[i].amax()
+        out[i] = row.exp() / row.exp().sum()
+    return out.reshape(scores.shape)
+
+
+def _softmax_in_float64(scores: torch.Tensor) -> torch.Tensor:
+    d = scores.double()
+    e = (d - d.max(-1, keepdim=True).values).exp()
+    return (e / e.sum(-1, keepdim=True)).to(scores.dtype)
+
+
+def _attention_einsum_where(query, key, value, mask=None):  # noqa: ANN001, ANN202
+    scores = torch.einsum("...td,...sd->...ts", query, key) / query.shape[-1] ** 0.5
+    if mask is not None:
+        scores = torch.where(mask, scores, torch.tensor(float("-inf")))
+    exps = torch.exp(scores - scores.amax(-1, keepdim=True))
+    weights = exps / exps.sum(-1, keepdim=True)
+    return torch.einsum("...ts,...sd->...td", weights, value), weights
+
+
+def _attention_minus_1e9(query, key, value, mask=None):  # noqa: ANN001, ANN202
+    scores = torch.matmul(query, key.transpose(-1, -2)) / math.sqrt(key.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(mask == 0, -1e9)  # fine here: every query sees a key, float32
+    weights = F.softmax(scores, dim=-1)
+    return weights @ value, weights
+
+
+def _attention_mask_on_exps(query, key, value, mask=None):  # noqa: ANN001, ANN202
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])
+    exps = (scores - scores.max(-1, keepdim=True).values).exp()
+    if mask is not None:
+        exps = exps * mask
+    weights = exps / exps.sum(-1, keepdim=True)
+    return weights @ value, weights
+
+
+def _distance_expanded(query, key, value):  # noqa: ANN001, ANN202
+    square = (query**2).sum(-1, keepdim=True) + (key**2).sum(-1).unsqueeze(-2) - 2 * query @ key.transpose(-2, -1)
+    weights = torch.softmax(-0.5 * square, -1)
+    return weights @ value, weights
+
+
+def _distance_vector_norm(query, key, value):  # noqa: ANN001, ANN202
+    distance = torch.linalg.vector_norm(query.unsqueeze(-2) - key.unsqueeze(-3), dim=-1)
+    weights = F.softmax(-0.5 * distance**2, dim=-1)
+    return weights @ value, weights
+
+
+def _distance_key_penalty(query, key, value):  # noqa: ANN001, ANN202
+    weights = torch.softmax(query @ key.transpose(-2, -1) - 0.5 * (key * key).sum(-1)[..., None, :], -1)
+    return weights @ value, weights
+
+
+def test_right_answers_in_other_styles_pass() -> None:
+    answers = {
+        ex.softmax_rows: [_softmax_amax_loop, _softmax_in_float64],
+        ex.attention: [_attention_einsum_where, _attention_minus_1e9, _attention_mask_on_exps],
+        ex.distance_attention: [_distance_expanded, _distance_vector_norm, _distance_key_penalty],
+        ex.predict_zero_query: [lambda: 4, lambda: torch.tensor(4.0), lambda: 12 / 3],
+        ex.predict_output_shape: [lambda: torch.Size([2, 3, 2]), lambda: [2, 3, 2]],
+    }
+    for exercise, candidates in answers.items():
+        for candidate in candidates:
+            result = exercise.run(candidate)
+            assert result.passed, result.report()
+
+
+def test_the_librarys_core_attention_and_logsumexp_are_shortcuts() -> None:
+    core = tl.attention.attention
+    assert ex.attention.run(lambda q, k, v, mask=None: core(q, k, v, mask)).shortcut
+    assert ex.softmax_rows.run(lambda s: (s - s.logsumexp(-1, keepdim=True)).exp()).shortcut
+    assert ex.softmax_rows.run(lambda s: torch.ops.aten._softmax.default(s, -1, False)).shortcut

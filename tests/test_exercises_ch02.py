@@ -140,3 +140,70 @@ def test_the_last_token_test_of_section_6_misses_a_leak() -> None:
         if ex._tester_last_only(*case.inputs()) != ex.is_causal.reference(*case.inputs())
     ]
     assert fooled
+
+
+# --- right answers in other styles than the reference's: each must pass ----------------------------------------
+
+
+def _lengths_loop(lengths, max_len):  # noqa: ANN001, ANN202
+    mask = torch.zeros(len(lengths), max_len, dtype=torch.bool)
+    for i, n in enumerate(lengths):
+        mask[i, :n] = True
+    return mask.view(len(lengths), 1, 1, max_len)
+
+
+def _new_tokens_diagonal(n_new, n_total):  # noqa: ANN001, ANN202
+    return torch.ones(n_new, n_total, dtype=torch.bool).tril(diagonal=n_total - n_new)
+
+
+def _new_tokens_not_triu(n_new, n_total):  # noqa: ANN001, ANN202
+    return ~torch.ones(n_new, n_total, dtype=torch.bool).triu(diagonal=n_total - n_new + 1)
+
+
+def _masked_softmax_nan_to_num(scores, mask):  # noqa: ANN001, ANN202
+    return torch.nan_to_num(torch.softmax(scores.masked_fill(~mask, float("-inf")), -1), nan=0.0)
+
+
+def _masked_softmax_empty_rows(scores, mask):  # noqa: ANN001, ANN202
+    full = mask.expand(scores.shape)
+    weights = torch.softmax(scores.masked_fill(~full, float("-inf")), -1)
+    return weights.masked_fill(~full.any(-1, keepdim=True), 0.0)
+
+
+def _tester_random_suffix(fn, x):  # noqa: ANN001, ANN202
+    base = fn(x)
+    for t in range(x.shape[1]):
+        changed = x.clone()
+        changed[:, t:] = torch.randn_like(changed[:, t:])  # every position from t on at once
+        if not torch.allclose(fn(changed)[:, :t], base[:, :t]):
+            return False
+    return True
+
+
+def _tester_jacobian(fn, x):  # noqa: ANN001, ANN202
+    jacobian = torch.autograd.functional.jacobian(fn, x)  # (B, T, D_out, B, T, D)
+    return all(not bool(jacobian[:, s, :, :, s + 1 :].any()) for s in range(x.shape[1]))
+
+
+def test_right_answers_in_other_styles_pass() -> None:
+    answers = {
+        ex.padding_mask_from_lengths: [_lengths_loop],
+        ex.causal_mask_for_new_tokens: [_new_tokens_diagonal, _new_tokens_not_triu],
+        ex.masked_softmax: [_masked_softmax_nan_to_num, _masked_softmax_empty_rows],
+        ex.is_causal: [
+            _tester_random_suffix,
+            _tester_jacobian,
+            ex._tester_by_gradients,
+        ],  # autograd works, as in a notebook
+    }
+    for exercise, candidates in answers.items():
+        for candidate in candidates:
+            result = exercise.run(candidate)
+            assert result.passed, result.report()
+
+
+def test_blind_query_explains_a_python_index_and_counting_from_one(capsys) -> None:  # noqa: ANN001
+    for answer, words in ((-1, "counted from 0"), (5, "numbered from 0")):
+        ex.predict_blind_query.check(lambda answer=answer: answer)
+        out = capsys.readouterr().out
+        assert words in out and "All correct" not in out

@@ -137,3 +137,63 @@ def test_multi_query_attention_uses_one_key_head_for_every_query_head() -> None:
             rtol=0,
             atol=1e-10,
         )
+
+
+# --- right answers in other styles than the reference's: each must pass ----------------------------------------
+
+
+def _split_then_heads(qkv, n_heads):  # noqa: ANN001, ANN202
+    batch, length, three_d = qkv.shape
+    d = three_d // 3
+    return tuple(t.view(batch, length, n_heads, d // n_heads).transpose(1, 2) for t in qkv.split(d, dim=-1))
+
+
+def _split_unflatten(qkv, n_heads):  # noqa: ANN001, ANN202
+    return qkv.unflatten(-1, (3, n_heads, -1)).movedim(2, 0).transpose(2, 3).unbind(0)
+
+
+def _gqa_grouped_broadcast(x, w_q, w_k, w_v, w_o, n_heads):  # noqa: ANN001, ANN202
+    batch, length, d_model = x.shape
+    d_k = d_model // n_heads
+    n_kv = w_k.out_features // d_k
+    q = w_q(x).view(batch, length, n_kv, n_heads // n_kv, d_k).permute(0, 2, 3, 1, 4)  # (B, H_kv, G, T, d_k)
+    k = w_k(x).view(batch, length, n_kv, 1, d_k).permute(0, 2, 3, 1, 4)  # (B, H_kv, 1, T, d_k)
+    v = w_v(x).view(batch, length, n_kv, 1, d_k).permute(0, 2, 3, 1, 4)
+    weights = torch.softmax(q @ k.transpose(-2, -1) / d_k**0.5, -1)
+    return w_o((weights @ v).reshape(batch, n_heads, length, d_k).transpose(1, 2).reshape(batch, length, d_model))
+
+
+def _gqa_loop_over_heads(x, w_q, w_k, w_v, w_o, n_heads):  # noqa: ANN001, ANN202
+    d_k = x.shape[-1] // n_heads
+    group = n_heads // (w_k.out_features // d_k)
+    q_all, k_all, v_all = w_q(x), w_k(x), w_v(x)
+    outs = []
+    for h in range(n_heads):
+        j = h // group
+        q, k, v = (t[..., i * d_k : (i + 1) * d_k] for t, i in ((q_all, h), (k_all, j), (v_all, j)))
+        outs.append(F.softmax(q @ k.transpose(1, 2) / d_k**0.5, dim=-1) @ v)
+    return w_o(torch.cat(outs, dim=-1))
+
+
+def _gqa_with_chapter_01s_attention(x, w_q, w_k, w_v, w_o, n_heads):  # noqa: ANN001, ANN202
+    """The text allows chapter 01's tl.scaled_dot_product_attention (only PyTorch's, which groups itself, is out)."""
+    q, k, v, group, _ = ex._gqa_parts(x, w_q, w_k, w_v, n_heads)
+    heads, _ = tl.scaled_dot_product_attention(q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1))
+    return w_o(heads.transpose(1, 2).reshape(x.shape))
+
+
+def test_right_answers_in_other_styles_pass() -> None:
+    answers = {
+        ex.split_qkv: [_split_then_heads, _split_unflatten],
+        ex.four_projections: [
+            lambda d: [nn.Linear(d, d) for _ in range(4)],
+            lambda d: tuple(nn.Linear(d, d) for _ in range(4)),
+            lambda d: nn.ModuleList([copy.deepcopy(m) for m in [nn.Linear(d, d)] * 4]),
+        ],
+        ex.grouped_query_attention: [_gqa_grouped_broadcast, _gqa_loop_over_heads, _gqa_with_chapter_01s_attention],
+        ex.predict_split_strides: [lambda: [24, 4, 8, 1]],
+    }
+    for exercise, candidates in answers.items():
+        for candidate in candidates:
+            result = exercise.run(candidate)
+            assert result.passed, result.report()

@@ -114,3 +114,64 @@ def test_rms_norm_is_layer_norm_without_beta_on_zero_mean_vectors() -> None:
 def test_the_half_precision_case_overflows_without_float32() -> None:
     x, gamma, eps = ex.rms_norm.cases[-1].inputs()
     assert x.dtype == torch.float16 and torch.isinf((x * x).mean(-1)).any()
+
+
+# --- right answers in other styles than the reference's: each must pass ----------------------------------------
+
+
+def _mbn_weighted_sums(x, mask, gamma, beta, eps=1e-5):  # noqa: ANN001, ANN202
+    keep = mask.unsqueeze(-1).to(x.dtype)
+    n = keep.sum()
+    mean = (x * keep).sum((0, 1)) / n
+    var = (((x - mean) * keep) ** 2).sum((0, 1)) / n
+    return gamma * (x - mean) / (var + eps).sqrt() + beta
+
+
+def _mbn_var_mean(x, mask, gamma, beta, eps=1e-5):  # noqa: ANN001, ANN202
+    var, mean = torch.var_mean(x[mask], dim=0, unbiased=False)
+    return (x - mean) * torch.rsqrt(var + eps) * gamma + beta
+
+
+def _ln_second_moment(x, a_2, b_2, eps=1e-5):  # noqa: ANN001, ANN202
+    mean = x.mean(-1, keepdim=True)
+    var = (x * x).mean(-1, keepdim=True) - mean * mean
+    return a_2 * (x - mean) / torch.sqrt(var + eps) + b_2
+
+
+def _ln_biased_std_squared(x, gamma, beta, eps=1e-5):  # noqa: ANN001, ANN202
+    mean = x.mean(-1, keepdim=True)
+    return gamma * (x - mean) / (x.std(-1, keepdim=True, unbiased=False) ** 2 + eps) ** 0.5 + beta
+
+
+def _rms_float64(x, gamma, eps=1e-6):  # noqa: ANN001, ANN202
+    h = x.double()
+    return (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps) * gamma.double()).to(x.dtype)
+
+
+def _rms_vector_norm(x, gamma, eps=1e-6):  # noqa: ANN001, ANN202
+    h = x.float()
+    rms = torch.linalg.vector_norm(h, dim=-1, keepdim=True) / math.sqrt(x.shape[-1])
+    return (h / torch.sqrt(rms * rms + eps) * gamma).type_as(x)
+
+
+def test_right_answers_in_other_styles_pass() -> None:
+    answers = {
+        ex.predict_batch_norm_dims: [lambda: [2, 0], lambda: (0, -1), lambda: {0, 2}, lambda: torch.tensor([0, 2])],
+        ex.masked_batch_norm: [_mbn_weighted_sums, _mbn_var_mean],
+        ex.predict_eval_output: [lambda: 5.99, lambda: 5.992, lambda: torch.tensor(5.99)],
+        ex.layer_norm: [_ln_second_moment, _ln_biased_std_squared],
+        ex.rms_norm: [_rms_float64, _rms_vector_norm],
+    }
+    for exercise, candidates in answers.items():
+        for candidate in candidates:
+            result = exercise.run(candidate)
+            assert result.passed, result.report()
+
+
+def test_other_normalizations_are_shortcuts_for_layer_norm_and_rms_norm() -> None:
+    def by_group_norm(x, gamma, beta, eps=1e-5):  # noqa: ANN001, ANN202
+        d = x.shape[-1]
+        return nn.GroupNorm(1, d, eps=eps, affine=False).to(x.dtype)(x.reshape(-1, d)).reshape(x.shape) * gamma + beta
+
+    assert ex.layer_norm.run(by_group_norm).shortcut
+    assert ex.rms_norm.run(ex._rms_with_layer_norm).shortcut

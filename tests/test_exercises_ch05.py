@@ -130,3 +130,67 @@ def test_swiglu_width_matches_the_relu_ffn_exactly() -> None:
     )
     assert _n_params(swiglu) == _n_params(tl.FeedForward(512, 2048))
     assert width not in ex.predict_swiglu_width.explain
+
+
+# --- right answers in other styles than the reference's: each must pass ----------------------------------------
+
+
+def _ffn_own_module(args):  # noqa: ANN001, ANN202
+    class MLP(nn.Module):
+        def __init__(self, dim: int, hidden: int, p: float) -> None:
+            super().__init__()
+            self.w1, self.w2 = nn.Linear(dim, hidden, bias=False), nn.Linear(hidden, dim, bias=False)
+            self.dropout = nn.Dropout(p)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.dropout(self.w2(F.relu(self.w1(x))))
+
+    return MLP(args.dim, 4 * args.dim, args.dropout)
+
+
+def _forward(blocks, x, residual):  # noqa: ANN001, ANN202
+    h = x
+    for block in blocks:
+        h = h + block(h) if residual else block(h)
+    return h
+
+
+def _norms_autograd_grad(blocks, x, target, residual):  # noqa: ANN001, ANN202
+    loss = ((_forward(blocks, x, residual) - target) ** 2).mean()
+    params = [list(block.parameters()) for block in blocks]
+    grads = torch.autograd.grad(loss, [p for ps in params for p in ps])
+    out, i = [], 0
+    for ps in params:
+        out.append(float(torch.cat([g.flatten() for g in grads[i : i + len(ps)]]).norm()))
+        i += len(ps)
+    return out
+
+
+def _norms_as_tensor(blocks, x, target, residual):  # noqa: ANN001, ANN202
+    F.mse_loss(_forward(blocks, x, residual), target).backward()
+    return torch.stack([torch.cat([p.grad.flatten() for p in block.parameters()]).norm() for block in blocks])
+
+
+def _norms_as_tuple(blocks, x, target, residual):  # noqa: ANN001, ANN202
+    F.mse_loss(_forward(blocks, x, residual), target).backward()
+    return tuple(math.sqrt(sum(float((p.grad**2).sum()) for p in block.parameters())) for block in blocks)
+
+
+def test_right_answers_in_other_styles_pass() -> None:
+    answers = {
+        ex.layer_ffn: [_ffn_own_module],
+        ex.block_gradient_norms: [_norms_autograd_grad, _norms_as_tensor, _norms_as_tuple],
+        ex.swiglu_feed_forward: [
+            lambda x, w1, w3, w2: F.linear((a := F.linear(x, w1)) / (1 + torch.exp(-a)) * F.linear(x, w3), w2),
+            lambda x, w1, w3, w2: torch.einsum(
+                "...h,dh->...d",
+                (a := torch.einsum("...d,hd->...h", x, w1)) * torch.sigmoid(a) * torch.einsum("...d,hd->...h", x, w3),
+                w2,
+            ),
+        ],
+        ex.predict_swiglu_width: [lambda: 1367.0],
+    }
+    for exercise, candidates in answers.items():
+        for candidate in candidates:
+            result = exercise.run(candidate)
+            assert result.passed, result.report()

@@ -102,3 +102,62 @@ def test_from_pytorch_layer_leaves_pytorchs_layer_alone() -> None:
     with torch.no_grad():
         ours.self_attn.w_q.weight.zero_()  # the copy owns its tensors
     assert all(torch.equal(before[k], v) for k, v in theirs.state_dict().items())
+
+
+# --- right answers in other styles than the reference's: each must pass ----------------------------------------
+
+
+def _ragged_loop_mask(encoder, sequences):  # noqa: ANN001, ANN202
+    longest = max(s.shape[0] for s in sequences)
+    x = torch.zeros(len(sequences), longest, sequences[0].shape[1])
+    mask = torch.zeros(len(sequences), 1, 1, longest, dtype=torch.bool)
+    for i, s in enumerate(sequences):
+        x[i, : len(s)] = s
+        mask[i, ..., : len(s)] = True
+    out = encoder(x, mask)
+    return [out[i, : len(s)] for i, s in enumerate(sequences)]
+
+
+def _ragged_any_filler(encoder, sequences):  # noqa: ANN001, ANN202
+    longest = max(map(len, sequences))
+    x = torch.stack([torch.cat([s, s.new_full((longest - len(s), s.shape[1]), 3.0)]) for s in sequences])
+    lengths = torch.tensor([len(s) for s in sequences])
+    out = encoder(x, (torch.arange(longest) < lengths[:, None]).unsqueeze(1).unsqueeze(1))
+    return tuple(o[:n] for o, n in zip(out, lengths, strict=True))
+
+
+def _load_by_state_dict(theirs):  # noqa: ANN001, ANN202
+    attn, sd = theirs.self_attn, theirs.state_dict()
+    ours = tl.EncoderLayer(
+        attn.embed_dim, attn.num_heads, theirs.linear1.out_features, norm_first=theirs.norm_first, eps=theirs.norm1.eps
+    )
+    new = {}
+    for name, w, b in zip(
+        "qkv", sd["self_attn.in_proj_weight"].chunk(3), sd["self_attn.in_proj_bias"].chunk(3), strict=True
+    ):
+        new[f"self_attn.w_{name}.weight"], new[f"self_attn.w_{name}.bias"] = w, b
+    pairs = {"self_attn.w_o": "self_attn.out_proj", "feed_forward.w1": "linear1", "feed_forward.w2": "linear2"}
+    pairs |= {"norm1": "norm1", "norm2": "norm2"}
+    for mine, their in pairs.items():
+        for part in ("weight", "bias"):
+            new[f"{mine}.{part}"] = sd[f"{their}.{part}"]
+    ours.load_state_dict(new)
+    return ours.to(sd["linear1.weight"].dtype)
+
+
+def test_right_answers_in_other_styles_pass() -> None:
+    answers = {
+        ex.encode_ragged: [_ragged_loop_mask, _ragged_any_filler],
+        ex.from_pytorch_layer: [_load_by_state_dict],
+        ex.predict_shuffled_output: [lambda: "Shuffled", lambda: " shuffled.", lambda: "SHUFFLED"],
+    }
+    for exercise, candidates in answers.items():
+        for candidate in candidates:
+            result = exercise.run(candidate)
+            assert result.passed, result.report()
+
+
+def test_a_word_that_is_not_a_choice_is_told_so(capsys) -> None:  # noqa: ANN001
+    ex.predict_shuffled_output.check(lambda: "permuted")
+    out = capsys.readouterr().out
+    assert "none of them" in out and "All correct" not in out

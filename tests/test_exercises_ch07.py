@@ -106,3 +106,47 @@ def test_cached_steps_one_by_one_equal_one_masked_pass() -> None:
             out, k, v = ex._cached_reference(attn, h[:, t : t + 1], k, v)
             torch.testing.assert_close(out, full[:, t : t + 1], rtol=0, atol=1e-10)
     assert k.shape == (2, 4, 6, 4)
+
+
+# --- right answers in other styles than the reference's: each must pass ----------------------------------------
+
+
+def _post_norm_keywords(x, memory, sa, ca, ff, n1, n2, n3, tgt_mask=None, memory_mask=None):  # noqa: ANN001, ANN202
+    x = n1(sa(x, x, x, mask=tgt_mask) + x)
+    x = n2(x + ca(query=x, key=memory, value=memory, mask=memory_mask))
+    return n3(x + ff(x))
+
+
+def _forward_own_masks(model, src, tgt_in, src_mask=None):  # noqa: ANN001, ANN202
+    memory = model.encoder(model.positional(model.src_embed(src)), src_mask)
+    length = tgt_in.size(1)
+    causal = torch.tril(torch.ones(length, length)).bool()[None, None]  # (1, 1, T, T)
+    return model.generator(model.decoder(model.positional(model.tgt_embed(tgt_in)), memory, causal, src_mask))
+
+
+def _cached_einsum(attn, h_new, k_cache, v_cache):  # noqa: ANN001, ANN202
+    batch, _, d_model = h_new.shape
+    d_k = d_model // attn.n_heads
+
+    def heads(t):  # noqa: ANN001, ANN202
+        return t.reshape(batch, 1, attn.n_heads, d_k).permute(0, 2, 1, 3)
+
+    q = heads(attn.w_q(h_new))
+    k = torch.cat((k_cache, heads(attn.w_k(h_new))), -2)
+    v = torch.cat((v_cache, heads(attn.w_v(h_new))), -2)
+    weights = torch.softmax(torch.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(d_k), -1)
+    return [attn.w_o(torch.einsum("bhqk,bhkd->bqhd", weights, v).reshape(batch, 1, d_model)), k, v]
+
+
+def test_right_answers_in_other_styles_pass() -> None:
+    answers = {
+        ex.predict_cross_attention_shape: [lambda: torch.Size([2, 2, 4, 6]), lambda: [2, 2, 4, 6]],
+        ex.decoder_layer_post_norm: [_post_norm_keywords],
+        ex.transformer_forward: [_forward_own_masks],
+        ex.predict_best_loss_like_000: [lambda: 2.77, lambda: 4 * 0.693],
+        ex.cached_self_attention: [_cached_einsum],
+    }
+    for exercise, candidates in answers.items():
+        for candidate in candidates:
+            result = exercise.run(candidate)
+            assert result.passed, result.report()

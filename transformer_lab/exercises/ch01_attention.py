@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from transformer_lab import attention as _attention_module
+from transformer_lab.attention import attention as _attention_core
 from transformer_lab.attention import scaled_dot_product_attention
 from transformer_lab.exercises.core import Case, Exercise
 from transformer_lab.multihead import MultiHeadAttention
@@ -86,6 +87,7 @@ predict_zero_query = Exercise(
         1: "that is banana's price, as if banana had won. With the query [0, 0] no key scores higher than another.",
         8: "that is cherry's price, as if cherry had won. With the query [0, 0] no key scores higher than another.",
         12: "that is the sum of the prices. The weights sum to 1, so the answer is an average, not a sum.",
+        1 / 3: "that is the weight of each key. The answer is a price: the weights times the prices, added up.",
     },
     why="""
     All three scores are 0, so softmax gives each key 1/3 and the answer is the plain mean of the values,
@@ -139,6 +141,14 @@ def _softmax_module(scores: Tensor) -> Tensor:
     return torch.nn.Softmax(dim=-1)(scores)
 
 
+def _softmax_via_logsumexp(scores: Tensor) -> Tensor:  # logsumexp does the stable part: no credit
+    return (scores - scores.logsumexp(dim=-1, keepdim=True)).exp()
+
+
+def _softmax_aten(scores: Tensor) -> Tensor:  # the operator underneath torch.softmax, by its overload
+    return torch.ops.aten._softmax.default(scores, -1, False)
+
+
 softmax_rows = Exercise(
     name="softmax_rows",
     reference=_softmax_rows_reference,
@@ -171,8 +181,15 @@ softmax_rows = Exercise(
     level="easy",
     kind="build",
     wrong=[_softmax_naive, _softmax_wrong_dim, _softmax_unnormalised, _softmax_global_max],
-    forbidden=["softmax", "log_softmax", "_softmax", "_log_softmax"],
-    shortcuts=[_softmax_method, _softmax_functional, _softmax_via_log, _softmax_module],
+    forbidden=["softmax", "log_softmax", "_softmax", "_log_softmax", "logsumexp"],
+    shortcuts=[
+        _softmax_method,
+        _softmax_functional,
+        _softmax_via_log,
+        _softmax_module,
+        _softmax_via_logsumexp,
+        _softmax_aten,
+    ],
 )
 
 
@@ -312,6 +329,12 @@ def _attention_library_getattr(
     return finished(query, key, value, mask=mask)
 
 
+def _attention_library_core(
+    query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None
+) -> tuple[Tensor, Tensor]:  # the function tl.scaled_dot_product_attention calls after its checks: no credit
+    return _attention_module.attention(query, key, value, mask)
+
+
 def _attention_torch_fused(
     query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None
 ) -> tuple[Tensor, Tensor]:
@@ -392,9 +415,10 @@ attention = Exercise(
         "scaled_dot_product_attention",
         "multi_head_attention_forward",
         scaled_dot_product_attention,
+        _attention_core,
         MultiHeadAttention,
     ],
-    shortcuts=[_attention_library, _attention_library_getattr, _attention_torch_fused],
+    shortcuts=[_attention_library, _attention_library_getattr, _attention_torch_fused, _attention_library_core],
 )
 
 
@@ -461,6 +485,14 @@ def _distance_via_library(query: Tensor, key: Tensor, value: Tensor) -> tuple[Te
     return scaled_dot_product_attention(q_plus, k_plus, value)
 
 
+def _distance_via_library_core(query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+    d = query.shape[-1]
+    ones = torch.ones(*query.shape[:-1], 1, dtype=query.dtype)
+    q_plus = torch.cat([query, ones], dim=-1) * math.sqrt(d + 1)
+    k_plus = torch.cat([key, -0.5 * (key * key).sum(dim=-1, keepdim=True)], dim=-1)
+    return _attention_module.attention(q_plus, k_plus, value)  # the library's core, reached by another name
+
+
 distance_attention = Exercise(
     name="distance_attention",
     reference=_distance_attention_reference,
@@ -509,8 +541,14 @@ distance_attention = Exercise(
     level="harder",
     kind="transfer",
     wrong=[_distance_dot_product, _distance_not_squared, _distance_wrong_sign, _distance_no_shift, _distance_no_half],
-    forbidden=["cdist", "pairwise_distance", "scaled_dot_product_attention", scaled_dot_product_attention],
-    shortcuts=[_distance_cdist, _distance_cdist_getattr, _distance_via_library],
+    forbidden=[
+        "cdist",
+        "pairwise_distance",
+        "scaled_dot_product_attention",
+        scaled_dot_product_attention,
+        _attention_core,
+    ],
+    shortcuts=[_distance_cdist, _distance_cdist_getattr, _distance_via_library, _distance_via_library_core],
     why="""
     Expand the square: -||q - k||^2 / 2 = q . k - ||k||^2 / 2 - ||q||^2 / 2. The last term is the same for
     every key of a row, and a softmax ignores what a whole row shares (section 3). So attention by distance

@@ -19,10 +19,13 @@ import math
 from collections.abc import Callable
 
 import torch
-from torch import Tensor
+import torch.masked
+from torch import Tensor, nn
+from torch.nn.modules import transformer as _torch_transformer
 
 from transformer_lab import attention as _attention_module
 from transformer_lab import masking as _masking
+from transformer_lab.attention import attention as _attention_core
 from transformer_lab.attention import scaled_dot_product_attention
 from transformer_lab.exercises.core import Case, Exercise
 from transformer_lab.masking import causal_mask, padding_mask, target_mask
@@ -153,6 +156,10 @@ def _new_tokens_target_mask(n_new: int, n_total: int) -> Tensor:
     return target_mask(torch.ones(1, n_total, dtype=torch.long), pad_id=0)[0, 0, n_total - n_new :]
 
 
+def _new_tokens_pytorch_square(n_new: int, n_total: int) -> Tensor:  # PyTorch's finished square mask
+    return (nn.Transformer.generate_square_subsequent_mask(n_total) == 0)[n_total - n_new :]
+
+
 causal_mask_for_new_tokens = Exercise(
     name="causal_mask_for_new_tokens",
     reference=_new_tokens_reference,
@@ -182,8 +189,13 @@ causal_mask_for_new_tokens = Exercise(
     level="medium",
     kind="transfer",
     wrong=[_new_tokens_top_left, _new_tokens_first_rows, _new_tokens_strict, _new_tokens_square],
-    forbidden=[causal_mask, target_mask],
-    shortcuts=[_new_tokens_library, _new_tokens_getattr, _new_tokens_target_mask],
+    forbidden=[
+        causal_mask,
+        target_mask,
+        nn.Transformer.generate_square_subsequent_mask,
+        _torch_transformer._generate_square_subsequent_mask,
+    ],
+    shortcuts=[_new_tokens_library, _new_tokens_getattr, _new_tokens_target_mask, _new_tokens_pytorch_square],
     why="""
     The new tokens are the last rows of the full causal mask: row i is causal_mask(S)[S - T + i]. Careful:
     F.scaled_dot_product_attention(..., is_causal=True) builds torch.ones(T, S).tril(), aligned at the
@@ -237,7 +249,9 @@ predict_blind_query = Exercise(
     explain={
         0: "row 0 of our mask is True only at key 0 (itself). Read as 'blocked', that blocks key 0 alone: "
         "query 0 may then see every key after it, its whole future.",
-        -1: "one query does end up with no key: find the row of our mask that has no False in it.",
+        -1: "if -1 means 'no query': one query does end up with no key. If it means 'the last row': give the row's "
+        "index counted from 0 (0 to 4), not a Python index from the end.",
+        5: "the rows are numbered from 0, like the queries in section 1: the index is 0 to 4.",
         1: "flipped, row 1 of our mask blocks keys 0 and 1 only; the three keys after them are still visible.",
         2: "flipped, row 2 of our mask blocks keys 0, 1 and 2 only; the two keys after them are still visible.",
         3: "flipped, row 3 of our mask blocks keys 0 to 3 only; the one key after them is still visible.",
@@ -289,6 +303,16 @@ def _masked_softmax_via_getattr(scores: Tensor, mask: Tensor) -> Tensor:
     eye = torch.eye(size, dtype=scores.dtype)
     finished = getattr(_attention_module, "scaled_dot_product" + "_attention")
     return finished(scores * math.sqrt(size), eye, eye, mask=mask)[1]
+
+
+def _masked_softmax_via_core(scores: Tensor, mask: Tensor) -> Tensor:  # the library's core attention
+    size = scores.shape[-1]
+    eye = torch.eye(size, dtype=scores.dtype)
+    return _attention_core(scores * math.sqrt(size), eye, eye, mask)[1]
+
+
+def _masked_softmax_torch_masked(scores: Tensor, mask: Tensor) -> Tensor:  # PyTorch's finished masked softmax
+    return torch.masked.softmax(scores, -1, mask=mask.expand(scores.shape)).nan_to_num(0.0)
 
 
 def _left_padded_mask() -> Tensor:
@@ -347,8 +371,13 @@ masked_softmax = Exercise(
     level="medium",
     kind="debug",
     wrong=[_notes_masked_softmax, _masked_softmax_nan_rows, _masked_softmax_finfo_min, _masked_softmax_zero_after],
-    forbidden=["scaled_dot_product_attention", scaled_dot_product_attention],
-    shortcuts=[_masked_softmax_via_library, _masked_softmax_via_getattr],
+    forbidden=["scaled_dot_product_attention", scaled_dot_product_attention, _attention_core, torch.masked.softmax],
+    shortcuts=[
+        _masked_softmax_via_library,
+        _masked_softmax_via_getattr,
+        _masked_softmax_via_core,
+        _masked_softmax_torch_masked,
+    ],
 )
 
 
@@ -455,6 +484,24 @@ def _suffix_sum(x: Tensor) -> Tensor:
     return x.flip(1).cumsum(dim=1).flip(1)  # position t: the sum of positions t..T-1, the future
 
 
+def _with_grad(candidate: Callable[..., object], *inputs: object) -> object:
+    """Run the candidate with autograd on, as in a notebook: a tester may use gradients (the checker runs other
+    exercises under no_grad)."""
+    with torch.enable_grad():
+        return candidate(*inputs)
+
+
+def _tester_by_gradients(fn: Callable[[Tensor], Tensor], x: Tensor) -> bool:
+    """Another right answer: output s must have no gradient with respect to a later input position."""
+    x = x.detach().clone().requires_grad_(True)
+    out = fn(x)  # (B, T, D_out)
+    for s in range(x.shape[1]):
+        (grad,) = torch.autograd.grad(out[:, s].sum(), x, retain_graph=True, allow_unused=True)
+        if grad is not None and bool((grad[:, s + 1 :] != 0).any()):
+            return False
+    return True
+
+
 is_causal = Exercise(
     name="is_causal",
     reference=_is_causal_reference,
@@ -485,6 +532,7 @@ is_causal = Exercise(
     ],
     level="harder",
     kind="transfer",
+    run=_with_grad,
     wrong=[_tester_last_only, _tester_includes_t, _tester_later, _tester_needs_own_change],
     shortcuts=[_tester_via_reference, _tester_via_exercise],
     why="""

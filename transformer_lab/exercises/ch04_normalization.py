@@ -45,6 +45,10 @@ def _batch_norm_dims_reference() -> tuple[int, ...]:
 def _as_dims(value: Any) -> Any:
     """A learner's dims in one spelling: sorted, negative dims of a 3-d tensor made positive."""
     try:
+        if isinstance(value, Tensor) and value.dim() <= 1 and not value.is_floating_point() and not value.is_complex():
+            value = value.tolist()  # torch.tensor([0, 2]) or torch.tensor(1)
+        if isinstance(value, (set, frozenset)):
+            value = tuple(value)  # {0, 2}: a set of dims is as good as a tuple
         if isinstance(value, int) and not isinstance(value, bool):
             value = (value,)
         if isinstance(value, (tuple, list)) and all(isinstance(d, int) and not isinstance(d, bool) for d in value):
@@ -254,6 +258,8 @@ predict_eval_output = Exercise(
         9.19: "the running variance starts at 1, not 0: running_var = 0.9 * 1 + 0.1 * 20/3.",
         1.16: "that uses the batch's own mean 5 and unbiased variance 20/3: eval mode uses the running estimates.",
         2.4: "the running variance, right, but the batch's mean 5: eval mode uses the running mean too.",
+        6.0: "not at two decimals: if you rounded your result to a whole number or to one decimal, give it to two "
+        "decimals, as the exercise asks.",
     },
 )
 
@@ -317,6 +323,21 @@ def _ln_with_library_statistics(x, gamma, beta, eps=1e-5):  # noqa: ANN001, ANN2
     return gamma * (x - mean.unsqueeze(-1)) / torch.sqrt(var.unsqueeze(-1) + eps) + beta
 
 
+def _ln_with_group_norm(x, gamma, beta, eps=1e-5):  # noqa: ANN001, ANN202
+    d = x.shape[-1]  # GroupNorm with one group over (N, D) rows is LayerNorm without its affine part
+    return F.group_norm(x.reshape(-1, d), 1, None, None, eps).reshape(x.shape) * gamma + beta
+
+
+def _ln_with_instance_norm(x, gamma, beta, eps=1e-5):  # noqa: ANN001, ANN202
+    d = x.shape[-1]  # one channel of length D per vector
+    return F.instance_norm(x.reshape(-1, 1, d), eps=eps).reshape(x.shape) * gamma + beta
+
+
+def _ln_with_batch_norm(x, gamma, beta, eps=1e-5):  # noqa: ANN001, ANN202
+    d = x.shape[-1]  # the vectors as the features, their D entries as the batch
+    return F.batch_norm(x.reshape(-1, d).T, None, None, training=True, eps=eps).T.reshape(x.shape) * gamma + beta
+
+
 def _ln_inputs(shape: tuple[int, ...], seed: int, scale: float = 3.0, offset: float = 0.0) -> tuple[Any, ...]:
     g = _generator(seed)
     d = shape[-1]
@@ -354,8 +375,24 @@ layer_norm = Exercise(
     level="medium",
     kind="debug",
     wrong=[notes_layer_norm, _ln_unbiased_under_root, _ln_biased_plus_eps, _ln_wrong_axis, _ln_no_affine],
-    forbidden=["layer_norm", LayerNorm, nn.LayerNorm, layer_norm_statistics],
-    shortcuts=[_ln_with_functional, _ln_with_torch_alias, _ln_with_library_module, _ln_with_library_statistics],
+    forbidden=[
+        "layer_norm",
+        "group_norm",
+        "instance_norm",
+        "batch_norm",
+        LayerNorm,
+        nn.LayerNorm,
+        layer_norm_statistics,
+    ],
+    shortcuts=[
+        _ln_with_functional,
+        _ln_with_torch_alias,
+        _ln_with_library_module,
+        _ln_with_library_statistics,
+        _ln_with_group_norm,
+        _ln_with_instance_norm,
+        _ln_with_batch_norm,
+    ],
 )
 
 
@@ -425,6 +462,11 @@ def _rms_with_module(x, gamma, eps=1e-6):  # noqa: ANN001, ANN202
     return norm(x)
 
 
+def _rms_with_layer_norm(x, gamma, eps=1e-6):  # noqa: ANN001, ANN202
+    d, h = x.shape[-1], x.float()  # [x, -x] has mean 0 and variance mean(x^2): LayerNorm of it is RMSNorm
+    return (F.layer_norm(torch.cat([h, -h], dim=-1), (2 * d,), eps=eps)[..., :d] * gamma).to(x.dtype)
+
+
 rms_norm = Exercise(
     "rms_norm",
     reference=_rms_norm,
@@ -459,8 +501,8 @@ rms_norm = Exercise(
     level="harder",
     kind="transfer",
     wrong=[_rms_layer_norm, _rms_in_half, _rms_sum_not_mean, _rms_eps_outside, _rms_float32_out],
-    forbidden=["rms_norm", nn.RMSNorm],
-    shortcuts=[_rms_with_functional, _rms_with_torch_alias, _rms_with_module],
+    forbidden=["rms_norm", nn.RMSNorm, "layer_norm", "group_norm", "instance_norm", "batch_norm", nn.LayerNorm],
+    shortcuts=[_rms_with_functional, _rms_with_torch_alias, _rms_with_module, _rms_with_layer_norm],
     why=(
         "RMSNorm (Zhang and Sennrich, 2019; used by LLaMA and most recent decoder-only models) skips the mean: one "
         "reduction instead of two and no beta. On vectors whose mean is 0 it equals LayerNorm without beta, as the "

@@ -197,6 +197,19 @@ def _shuffled_reference() -> str:
     return "shuffled"
 
 
+_CHOICES = ("same", "shuffled", "different")
+_NOT_A_CHOICE = "(not one of the three choices)"
+
+
+def _as_choice(value: object) -> object:
+    """A learner's choice in one spelling: "Shuffled", " shuffled" and "shuffled." are "shuffled"; a string that is
+    none of the three choices becomes a marker the explanation names."""
+    if not isinstance(value, str):
+        return value
+    word = value.strip().strip("\"'.!").strip().lower()
+    return word if word in _CHOICES else _NOT_A_CHOICE
+
+
 predict_shuffled_output = Exercise(
     "predict_shuffled_output",
     reference=_shuffled_reference,
@@ -211,7 +224,8 @@ predict_shuffled_output = Exercise(
     ],
     level="medium",
     kind="predict",
-    wrong=[lambda: "same", lambda: "different", lambda: "Shuffled!"],
+    run=lambda candidate: _as_choice(candidate()),
+    wrong=[lambda: "same", lambda: "Different", lambda: "permuted"],
     why=(
         "encoder(words[:, perm]) == encoder(words)[:, perm]: the encoder is permutation-equivariant (置换等变). "
         "Each token's output depends on its own vector and on the SET of the others, not on their order, and it "
@@ -219,6 +233,7 @@ predict_shuffled_output = Exercise(
         "word the same vector."
     ),
     explain={
+        _NOT_A_CHOICE: "return one of the three words the exercise lists, as a string: that answer is none of them.",
         "same": (
             "position 0 of the shuffled input holds another token than before. Would an encoder give that other "
             "token the output of the first one?"

@@ -295,6 +295,7 @@ class _TorchWatch(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
         name = getattr(func, "__name__", "")
+        name = name.split(".", 1)[0]  # an aten operator's overload, `_softmax.default`, is `_softmax`
         if name in self.names:
             self.seen.append(self.names[name])
         return func(*args, **(kwargs or {}))
