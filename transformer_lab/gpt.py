@@ -204,7 +204,7 @@ class GPT(nn.Module):
 
     def _check_idx(self, idx: object, cache: DecoderCache | None) -> int:
         """Clear errors for bad token ids or a context past block_size; returns the first position of idx."""
-        check_tokens("idx", idx, self.config.vocab_size)
+        check_tokens("idx", idx, self.config.vocab_size, device=self.token_embedding.weight.device)
         assert isinstance(idx, Tensor)
         if idx.shape[1] == 0:
             raise ValueError(f"idx must hold at least one token per sequence, got shape {tuple(idx.shape)}")
@@ -282,7 +282,7 @@ class GPT(nn.Module):
             tokens (B, T0 + max_new_tokens), the prompt followed by the new tokens; with `return_logits`,
             (tokens, logits) where logits is (B, max_new_tokens, V).
         """
-        check_tokens("idx", idx, self.config.vocab_size)
+        check_tokens("idx", idx, self.config.vocab_size, device=self.token_embedding.weight.device)
         if idx.shape[1] == 0:
             raise ValueError(f"idx must hold at least one token per sequence (a prompt), got shape {tuple(idx.shape)}")
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
