@@ -253,11 +253,11 @@ def activation_functions(names: Sequence[str] = ("relu", "gelu"), x_range: tuple
         "gelu_tanh": ("GELU (tanh approximation)", lambda v: F.gelu(v, approximate="tanh")),
         "silu": ("SiLU / Swish", F.silu),
     }
+    if isinstance(names, str):
+        raise TypeError(f"names must be a list of names, e.g. ['relu'], got the string {names!r}")
     unknown = [n for n in names if n not in known]
     if unknown:
         raise ValueError(f"names must be among {sorted(known)}, got {unknown}")
-    if isinstance(names, str):
-        raise TypeError(f"names must be a list of names, e.g. ['relu'], got the string {names!r}")
     if len(x_range) != 2 or not x_range[0] < x_range[1]:
         raise ValueError(f"x_range must be (low, high) with low < high, got {x_range!r}")
     xs = torch.linspace(x_range[0], x_range[1], 401, dtype=torch.float64)
