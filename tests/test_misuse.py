@@ -1180,7 +1180,453 @@ SIZES: list[Case] = [
     for value, error in BAD_SIZES
 ]
 
-CASES: list[Case] = MASKS + KV_CACHE + DTYPES_DEVICES + HELPERS + CHECKPOINTS + PLOTTING + SIZES
+# Found by an independent probe of the public API (branch probe): each crashed deep, passed silently or
+# named no argument before its fix.
+
+
+@functools.cache
+def gpt() -> tl.GPT:
+    torch.manual_seed(0)
+    return tl.GPT(tl.GPTConfig(vocab_size=V, block_size=8, d_model=D, n_heads=H, n_layers=2)).eval()
+
+
+TEXT_TOKENIZER = tl.data.TextTokenizer("abcdefghijklm")  # V characters
+
+
+def gpt_checkpoint(tmp: Path) -> Path:
+    path = tmp / "gpt.pt"
+    tl.training.save_gpt(gpt(), path, TEXT_TOKENIZER)
+    return path
+
+
+def gpt2_state_dict(**edits: torch.Tensor | None) -> dict[str, torch.Tensor]:
+    """A tiny GPT-2 state dict (Conv1D layouts, 2 blocks, no "transformer." prefix); edits by name (None: drop)."""
+    g = torch.Generator().manual_seed(0)
+    sd = {"wte.weight": torch.randn(V, D, generator=g), "wpe.weight": torch.randn(8, D, generator=g)}
+    sd |= {"ln_f.weight": torch.ones(D), "ln_f.bias": torch.zeros(D)}
+    shapes = {"attn.c_attn": (D, 3 * D), "attn.c_proj": (D, D), "mlp.c_fc": (D, 4 * D), "mlp.c_proj": (4 * D, D)}
+    for i in range(2):
+        for ln in ("ln_1", "ln_2"):
+            sd |= {f"h.{i}.{ln}.weight": torch.ones(D), f"h.{i}.{ln}.bias": torch.zeros(D)}
+        for name, shape in shapes.items():
+            sd[f"h.{i}.{name}.weight"] = torch.randn(*shape, generator=g)
+            sd[f"h.{i}.{name}.bias"] = torch.zeros(shape[1])
+    for name, value in edits.items():
+        if value is None:
+            sd.pop(name)
+        else:
+            sd[name] = value
+    return sd
+
+
+def gpt2_folder(tmp: Path, config_json: str) -> Path:
+    torch.save(gpt2_state_dict(), tmp / "pytorch_model.bin")
+    (tmp / "config.json").write_text(config_json)
+    return tmp
+
+
+def _from_gpt2(**edits: torch.Tensor | None) -> tl.GPT:
+    return tl.GPT.from_gpt2(gpt2_state_dict(**edits), n_heads=H)
+
+
+def _stream() -> torch.Tensor:
+    return TEXT_TOKENIZER.encode("abcdefghijklm" * 4)
+
+
+PROBED: list[Case] = [
+    (
+        "dtype_device",
+        "TokenEmbedding ids on meta",
+        lambda t: tl.TokenEmbedding(V, D)(tok(2, 3).to(META)),
+        ValueError,
+        "tokens",
+    ),
+    ("dtype_device", "GPT idx on meta", lambda t: gpt()(tok(1, 3).to(META)), ValueError, "idx"),
+    ("dtype_device", "generate prompt on meta", lambda t: gpt().generate(tok(1, 2).to(META), 2), ValueError, "idx"),
+    (
+        "dtype_device",
+        "greedy src on meta",
+        lambda t: greedy_decode(model(), tok(2, 3).to(META), **decode_kwargs()),
+        ValueError,
+        "src",
+    ),
+    ("dtype_device", "BatchNorm x on meta", lambda t: tl.BatchNorm(D)(x(2, 3, D).to(META)), ValueError, "x"),
+    (
+        "dtype_device",
+        "BatchNorm mask on meta (eval)",
+        lambda t: tl.BatchNorm(D).eval()(x(2, 3, D), torch.ones(2, 3, dtype=torch.bool, device=META)),
+        ValueError,
+        "mask",
+    ),
+    (
+        "dtype_device",
+        "sinusoidal_encoding int dtype",
+        lambda t: tl.sinusoidal_encoding(10, D, dtype=torch.int64),
+        TypeError,
+        "dtype",
+    ),
+    (
+        "dtype_device",
+        "sinusoidal_encoding dtype string",
+        lambda t: tl.sinusoidal_encoding(10, D, dtype="float32"),
+        TypeError,
+        "dtype",
+    ),
+    (
+        "masks",
+        "to_additive dtype string",
+        lambda t: tl.to_additive_mask(tl.causal_mask(2), "float32"),
+        TypeError,
+        "dtype",
+    ),
+    ("helpers", "LayerNorm eps nan", lambda t: tl.LayerNorm(D, eps=float("nan")), ValueError, "eps"),
+    ("helpers", "LayerNorm eps inf", lambda t: tl.LayerNorm(D, eps=float("inf")), ValueError, "eps"),
+    ("helpers", "BatchNorm eps nan", lambda t: tl.BatchNorm(D, eps=float("nan")), ValueError, "eps"),
+    ("helpers", "BatchNorm momentum True", lambda t: tl.BatchNorm(D, momentum=True), ValueError, "momentum"),
+    (
+        "helpers",
+        "Residual sublayer changes width",
+        lambda t: tl.Residual(nn.Linear(D, D + 1), D)(x(2, 3, D)),
+        ValueError,
+        "sublayer",
+    ),
+    (
+        "helpers",
+        "sublayer_connection norm_first 'yes'",
+        lambda t: tl.sublayer_connection(x(2, 3, D), nn.Identity(), tl.LayerNorm(D), nn.Identity(), "yes"),
+        TypeError,
+        "norm_first",
+    ),
+    ("helpers", "filter_logits int logits", lambda t: tl.gpt.filter_logits(tok(2, V), top_k=2), TypeError, "logits"),
+    ("helpers", "filter_logits a list", lambda t: tl.gpt.filter_logits([[1.0, 2.0]], top_k=1), TypeError, "logits"),
+    ("helpers", "filter_logits 0-d", lambda t: tl.gpt.filter_logits(torch.tensor(1.0), top_k=1), ValueError, "logits"),
+    (
+        "helpers",
+        "translate an empty source",
+        lambda t: translate(char_model(), [""], CharTokenizer()),
+        ValueError,
+        "sources",
+    ),
+    ("helpers", "make_adamw a string", lambda t: tl.training.make_adamw("gpt", 1e-3), TypeError, "model"),
+    (
+        "helpers",
+        "evaluate_text id == V",
+        lambda t: tl.training.evaluate_text(gpt(), torch.full((20,), V)),
+        ValueError,
+        "data",
+    ),
+    (
+        "helpers",
+        "evaluate_text negative id",
+        lambda t: tl.training.evaluate_text(gpt(), torch.full((20,), -1)),
+        ValueError,
+        "data",
+    ),
+    (
+        "helpers",
+        "train_gpt negative id",
+        lambda t: tl.training.train_gpt(gpt(), torch.full((30,), -1), steps=1, warmup=0, progress=False),
+        ValueError,
+        "train_data",
+    ),
+    ("helpers", "make_task dict without name", lambda t: tl.data.make_task({"min_len": 2}), ValueError, "name"),
+    ("helpers", "CharTokenizer decode float ids", lambda t: CharTokenizer().decode([4.7]), TypeError, "ids"),
+    ("helpers", "CharTokenizer decode a string", lambda t: CharTokenizer().decode("abc"), TypeError, "ids"),
+    ("helpers", "CharTokenizer labels out of range", lambda t: CharTokenizer().labels([10_000]), ValueError, "ids"),
+    ("helpers", "CharTokenizer labels negative", lambda t: CharTokenizer().labels([-1]), ValueError, "ids"),
+    ("helpers", "CharTokenizer.from_dict without chars", lambda t: CharTokenizer.from_dict({}), ValueError, "data"),
+    (
+        "helpers",
+        "TextTokenizer decode float tensor",
+        lambda t: TEXT_TOKENIZER.decode(torch.tensor([0.5, 1.7])),
+        TypeError,
+        "ids",
+    ),
+    ("helpers", "TextTokenizer chars None", lambda t: tl.data.TextTokenizer(None), TypeError, "chars"),
+    (
+        "helpers",
+        "random_windows bool data",
+        lambda t: tl.data.random_windows(torch.ones(20, dtype=torch.bool), 4, 2),
+        TypeError,
+        "data",
+    ),
+    ("helpers", "date_attention text too long", lambda t: tl.shipped.date_attention("1" * 100), ValueError, "text"),
+    ("helpers", "cli train --lr-factor inf", lambda t: cli_train(t, "--lr-factor", "inf"), SystemExit, "lr-factor"),
+    (
+        "checkpoints",
+        "load_checkpoint of a GPT checkpoint",
+        lambda t: tl.load_checkpoint(gpt_checkpoint(t)),
+        ValueError,
+        "load_gpt",
+    ),
+    (
+        "checkpoints",
+        "load_checkpoint state_dict a list",
+        lambda t: tl.load_checkpoint(edited_checkpoint(t, lambda d: d.update(state_dict=[1]))),
+        ValueError,
+        "state_dict",
+    ),
+    ("checkpoints", "save_checkpoint path a folder", lambda t: tl.save_checkpoint(model(), t), ValueError, "path"),
+    (
+        "checkpoints",
+        "save_checkpoint extra a Python object",
+        lambda t: tl.save_checkpoint(model(), t / "x.pt", tokenizer=CharTokenizer()),
+        TypeError,
+        "tokenizer",
+    ),
+    (
+        "checkpoints",
+        "save_gpt extra a Python object",
+        lambda t: tl.training.save_gpt(gpt(), t / "g.pt", TEXT_TOKENIZER, note=CharTokenizer()),
+        TypeError,
+        "note",
+    ),
+    (
+        "checkpoints",
+        "save_gpt half='yes'",
+        lambda t: tl.training.save_gpt(gpt(), t / "g.pt", TEXT_TOKENIZER, half="yes"),
+        TypeError,
+        "half",
+    ),
+    (
+        "checkpoints",
+        "load_gpt state_dict a list",
+        lambda t: tl.training.load_gpt(
+            write(t / "s.pt", {**torch.load(gpt_checkpoint(t), weights_only=True), "state_dict": [1]})
+        ),
+        ValueError,
+        "state_dict",
+    ),
+    (
+        "checkpoints",
+        "cli train --out a folder",
+        lambda t: tl_cli.main(["train", "--task", "copy", "--steps", "1", "--out", str(t), "--no-progress"]),
+        SystemExit,
+        "--out",
+    ),
+    (
+        "checkpoints",
+        "from_gpt2 without h.0.mlp.c_fc",
+        lambda t: _from_gpt2(**{"h.0.mlp.c_fc.weight": None}),
+        ValueError,
+        "h.0.mlp.c_fc.weight",
+    ),
+    (
+        "checkpoints",
+        "from_gpt2 c_attn in Linear layout",
+        lambda t: _from_gpt2(**{"h.0.attn.c_attn.weight": torch.randn(3 * D, D)}),
+        ValueError,
+        "h.0.attn.c_attn.weight",
+    ),
+    (
+        "checkpoints",
+        "from_gpt2 c_proj wrong shape",
+        lambda t: _from_gpt2(**{"h.0.attn.c_proj.weight": torch.randn(D, D + 1)}),
+        ValueError,
+        "c_proj",
+    ),
+    ("checkpoints", "from_gpt2 wte 1-D", lambda t: _from_gpt2(**{"wte.weight": torch.randn(V)}), ValueError, "wte"),
+    (
+        "checkpoints",
+        "from_gpt2 wpe width differs",
+        lambda t: _from_gpt2(**{"wpe.weight": torch.randn(8, D - 2)}),
+        ValueError,
+        "wpe",
+    ),
+    (
+        "checkpoints",
+        "from_gpt2 lm_head wrong shape",
+        lambda t: _from_gpt2(**{"lm_head.weight": torch.randn(V, D + 1)}),
+        ValueError,
+        "lm_head",
+    ),
+    (
+        "checkpoints",
+        "from_gpt2 numpy arrays",
+        lambda t: tl.GPT.from_gpt2({k: v.numpy() for k, v in gpt2_state_dict().items()}, n_heads=H),
+        TypeError,
+        "state_dict",
+    ),
+    (
+        "checkpoints",
+        "from_gpt2 int weights",
+        lambda t: tl.GPT.from_gpt2({k: v.long() for k, v in gpt2_state_dict().items()}, n_heads=H),
+        TypeError,
+        "state_dict",
+    ),
+    (
+        "checkpoints",
+        "from_gpt2 mixed dtypes",
+        lambda t: _from_gpt2(**{"wte.weight": torch.randn(V, D).half()}),
+        ValueError,
+        "state_dict",
+    ),
+    (
+        "checkpoints",
+        "from_gpt2 meta tensors",
+        lambda t: tl.GPT.from_gpt2({k: v.to(META) for k, v in gpt2_state_dict().items()}, n_heads=H),
+        ValueError,
+        "state_dict",
+    ),
+    ("checkpoints", "load_gpt2 path None", lambda t: tl.gpt.load_gpt2(None), TypeError, "path"),
+    (
+        "checkpoints",
+        "load_gpt2 corrupt .bin",
+        lambda t: tl.gpt.load_gpt2(_bytes(t, b"xx").rename(t / "pytorch_model.bin")),
+        ValueError,
+        "path",
+    ),
+    (
+        "checkpoints",
+        "load_gpt2 config.json not JSON",
+        lambda t: tl.gpt.load_gpt2(gpt2_folder(t, "{not json")),
+        ValueError,
+        "config.json",
+    ),
+    (
+        "checkpoints",
+        "load_gpt2 config.json a list",
+        lambda t: tl.gpt.load_gpt2(gpt2_folder(t, "[1, 2]")),
+        ValueError,
+        "config.json",
+    ),
+    (
+        "plotting_widgets",
+        "heatmap on meta",
+        lambda t: _plot("attention_heatmap")(torch.rand(2, 3).to(META)),
+        ValueError,
+        "weights",
+    ),
+    (
+        "plotting_widgets",
+        "heatmap complex",
+        lambda t: _plot("attention_heatmap")(torch.rand(2, 3, dtype=torch.complex64)),
+        TypeError,
+        "weights",
+    ),
+    (
+        "plotting_widgets",
+        "heatmap ax a string",
+        lambda t: _plot("attention_heatmap")(torch.rand(2, 3), ax="left"),
+        TypeError,
+        "ax",
+    ),
+    (
+        "plotting_widgets",
+        "attention_grid too few row_names",
+        lambda t: _plot("attention_grid")(torch.rand(2, 2, 3, 3), row_names=["a"]),
+        ValueError,
+        "row_names",
+    ),
+    (
+        "plotting_widgets",
+        "mask_picture of weights",
+        lambda t: _plot("mask_picture")(torch.rand(3, 3)),
+        ValueError,
+        "mask",
+    ),
+    (
+        "plotting_widgets",
+        "softmax_saturation scales a string",
+        lambda t: _plot("softmax_saturation")(torch.rand(4), "123"),
+        TypeError,
+        "scales",
+    ),
+    (
+        "plotting_widgets",
+        "value_histograms a list",
+        lambda t: _plot("value_histograms")([torch.rand(5)]),
+        TypeError,
+        "series",
+    ),
+    (
+        "plotting_widgets",
+        "value_histograms bins 0",
+        lambda t: _plot("value_histograms")({"a": torch.rand(5)}, bins=0),
+        ValueError,
+        "bins",
+    ),
+    ("plotting_widgets", "frequency_errors a list", lambda t: _plot("frequency_errors")([1.0]), TypeError, "errors"),
+    (
+        "plotting_widgets",
+        "noam_schedule_plot steps 0",
+        lambda t: _plot("noam_schedule_plot")(steps=0),
+        ValueError,
+        "steps",
+    ),
+    (
+        "plotting_widgets",
+        "noam_schedule_plot one flat pair",
+        lambda t: _plot("noam_schedule_plot")(settings=(512, 4000)),
+        ValueError,
+        "settings",
+    ),
+    (
+        "plotting_widgets",
+        "label_smoothing_plot labels a string",
+        lambda t: _plot("label_smoothing_plot")("abc", 1),
+        TypeError,
+        "labels",
+    ),
+    (
+        "plotting_widgets",
+        "cross_attention_maps item a tensor",
+        lambda t: _plot("cross_attention_maps")([torch.rand(2, 3)]),
+        TypeError,
+        "maps",
+    ),
+    (
+        "plotting_widgets",
+        "cross_attention_maps n_cols 0",
+        lambda t: _plot("cross_attention_maps")([(torch.rand(2, 3), list("abc"), ["x", "y"], "t")], n_cols=0),
+        ValueError,
+        "n_cols",
+    ),
+    (
+        "plotting_widgets",
+        "normalization_axes_cube batch 0",
+        lambda t: _plot("normalization_axes_cube")(batch=0),
+        ValueError,
+        "batch",
+    ),
+    (
+        "plotting_widgets",
+        "normalization_statistics feature_limit 0",
+        lambda t: _plot("normalization_statistics")(x(2, 3, 8), feature_limit=0),
+        ValueError,
+        "feature_limit",
+    ),
+    (
+        "plotting_widgets",
+        "activation_functions x_range reversed",
+        lambda t: _plot("activation_functions")(x_range=(4.0, -4.0)),
+        ValueError,
+        "x_range",
+    ),
+    (
+        "plotting_widgets",
+        "activation_functions a string",
+        lambda t: _plot("activation_functions")("relu"),
+        TypeError,
+        "names",
+    ),
+    (
+        "plotting_widgets",
+        "gradient_norms_per_layer a list",
+        lambda t: _plot("gradient_norms_per_layer")([1.0, 2.0]),
+        TypeError,
+        "series",
+    ),
+    (
+        "plotting_widgets",
+        "batch_norm_explorer features 0",
+        lambda t: _widget("batch_norm_explorer")(x(3, 4, 8), torch.ones(3, 4, dtype=torch.bool), features=0),
+        ValueError,
+        "features",
+    ),
+]
+
+CASES: list[Case] = MASKS + KV_CACHE + DTYPES_DEVICES + HELPERS + CHECKPOINTS + PLOTTING + SIZES + PROBED
 KINDS = ("masks", "kv_cache", "dtype_device", "helpers", "checkpoints", "plotting_widgets", "sizes")
 
 

@@ -197,12 +197,12 @@ def check_token_dtype(name: str, tokens: Tensor) -> None:
         )
 
 
-def check_tokens(name: str, tokens: object, vocab_size: int) -> None:
-    """Raise unless `tokens` is a 2-D int64/int32 tensor of ids in [0, vocab_size).
+def check_tokens(name: str, tokens: object, vocab_size: int, device: torch.device | None = None) -> None:
+    """Raise unless `tokens` is a 2-D int64/int32 tensor of ids in [0, vocab_size) (on `device`, if given).
 
     The range check reads the smallest and largest id back to the host once (one sync on a GPU).
     """
-    check_token_tensors((name, tokens, vocab_size))
+    check_token_tensors((name, tokens, vocab_size), device=device)
 
 
 def check_token_tensors(*items: tuple[str, object, int], device: torch.device | None = None) -> None:
@@ -265,6 +265,28 @@ def check_like_module(name: str, x: Tensor, module: nn.Module, dtype: bool = Tru
             f"{name} has dtype {x.dtype} but the {type(module).__name__}'s parameters are {param.dtype}; "
             f"convert one to the other, e.g. {name}.to({param.dtype}) or model.to({x.dtype})"
         )
+
+
+def check_plain_data(name: str, value: object) -> None:
+    """Raise TypeError unless `value` is plain data that `torch.load(weights_only=True)` reads back: None, bool,
+    int, float, str, tensors, and lists, tuples and dicts (with str or int keys) of these. A checkpoint holding
+    anything else would be written without complaint and then refused when loaded."""
+    if value is None or isinstance(value, (bool, int, float, str, Tensor)):
+        return
+    if isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            check_plain_data(f"{name}[{i}]", item)
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, (str, int)):
+                raise TypeError(f"{name} has a key {key!r} of type {type(key).__name__}; use str or int keys")
+            check_plain_data(f"{name}[{key!r}]", item)
+        return
+    raise TypeError(
+        f"{name} is a {type(value).__name__}, which a weights_only checkpoint cannot hold (it would be saved but "
+        "refused when loaded); store plain data instead (numbers, strings, lists, dicts, tensors), e.g. its to_dict()"
+    )
 
 
 def check_same_device(name: str, value: Tensor, device: torch.device, other: str) -> None:

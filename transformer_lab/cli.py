@@ -174,7 +174,7 @@ def _check_train_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
             raise SystemExit(f"--{option.replace('_', '-')} must be at least 1, got {value}")
     if args.test_per_format < 1:
         raise SystemExit(f"--test-per-format must be at least 1, got {args.test_per_format}")
-    if not args.lr_factor > 0:
+    if not (args.lr_factor > 0 and math.isfinite(args.lr_factor)):
         raise SystemExit(f"--lr-factor must be > 0 (a negative factor climbs the loss), got {args.lr_factor}")
     if not 0 <= args.smoothing < 1:
         raise SystemExit(f"--smoothing must be in [0, 1), got {args.smoothing}")
@@ -185,6 +185,8 @@ def _check_train_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
     folder = os.path.dirname(args.out) or "."
     if not os.path.isdir(folder):
         raise SystemExit(f"--out {args.out}: the folder {folder} does not exist (create it before training)")
+    if os.path.isdir(args.out):
+        raise SystemExit(f"--out {args.out} is a folder; give a file name such as {os.path.join(args.out, 'model.pt')}")
     if not os.access(folder, os.W_OK):
         raise SystemExit(f"--out {args.out}: the folder {folder} is not writable")
     try:
@@ -212,6 +214,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         _check_train_args(parser, args)
     elif args.beam_size is not None and args.beam_size < 1:
         raise SystemExit(f"--beam-size must be at least 1, got {args.beam_size}")
+    elif args.test_per_format < 1:
+        raise SystemExit(f"--test-per-format must be at least 1, got {args.test_per_format}")
     torch.set_num_threads(args.threads)
     if args.command == "train":
         if args.device.startswith("cuda") and not torch.cuda.is_available():

@@ -25,6 +25,7 @@ Shape legend: B batch, S source length, T target length (+1 for BOS or EOS); for
 from __future__ import annotations
 
 import datetime as dt
+import numbers
 import os
 import random
 from collections.abc import Iterable, Sequence
@@ -73,6 +74,26 @@ VOCAB_CHARS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ ,.
 SPLITS = ("train", "validation", "test")
 
 
+def _id_list(ids: object, vocab_size: int) -> list[int]:
+    """Token ids (a 1-D integer tensor or a sequence of ints) as a list of ints in [0, vocab_size)."""
+    if isinstance(ids, Tensor):
+        if ids.dim() != 1:
+            raise ValueError(f"ids must be 1-D (one sequence), got shape {tuple(ids.shape)}")
+        if ids.is_floating_point() or ids.dtype == torch.bool:
+            raise TypeError(f"ids must be integer token ids, got dtype {ids.dtype}")
+        ids = ids.tolist()
+    if isinstance(ids, (str, bytes)) or not isinstance(ids, Iterable):
+        raise TypeError(f"ids must be a 1-D integer tensor or a list of ints, got {type(ids).__name__}")
+    out = []
+    for i in ids:
+        if isinstance(i, bool) or not isinstance(i, numbers.Integral):
+            raise TypeError(f"ids must hold whole-number token ids, got {i!r}")
+        if not 0 <= i < vocab_size:
+            raise ValueError(f"ids: token id {int(i)} is outside the vocabulary [0, {vocab_size})")
+        out.append(int(i))
+    return out
+
+
 class CharTokenizer:
     """Characters <-> token ids, with the four special tokens first (chapter 09).
 
@@ -84,6 +105,8 @@ class CharTokenizer:
     """
 
     def __init__(self, chars: str | Sequence[str] = VOCAB_CHARS) -> None:
+        if not isinstance(chars, Sequence):
+            raise TypeError(f"chars must be a string (or list) of single characters, got {type(chars).__name__}")
         chars = list(chars)
         if not chars or any(not isinstance(c, str) or len(c) != 1 for c in chars):
             raise ValueError("chars must be a non-empty sequence of single characters")
@@ -108,13 +131,9 @@ class CharTokenizer:
 
     def decode(self, ids: Iterable[int] | Tensor, stop_at_eos: bool = True) -> str:
         """Token ids -> a string: PAD and BOS are dropped, UNK shows as "?", decoding stops at EOS."""
-        if isinstance(ids, Tensor):
-            if ids.dim() != 1:
-                raise ValueError(f"ids must be 1-D (one sequence), got shape {tuple(ids.shape)}")
-            ids = ids.tolist()
+        ids = _id_list(ids, self.vocab_size)
         out = []
         for i in ids:
-            i = int(i)
             if not 0 <= i < self.vocab_size:
                 raise ValueError(f"token id {i} is outside the vocabulary [0, {self.vocab_size})")
             if i == self.eos_id and stop_at_eos:
@@ -126,9 +145,8 @@ class CharTokenizer:
 
     def labels(self, ids: Iterable[int] | Tensor) -> list[str]:
         """One readable label per id (for attention-map axes): characters, or "<bos>", "<eos>", ..."""
-        if isinstance(ids, Tensor):
-            ids = ids.tolist()
-        return ["␣" if self.tokens[int(i)] == " " else self.tokens[int(i)] for i in ids]
+        ids = _id_list(ids, self.vocab_size)
+        return ["␣" if self.tokens[i] == " " else self.tokens[i] for i in ids]
 
     def to_dict(self) -> dict[str, str]:
         """Plain data for a checkpoint (readable with `torch.load(weights_only=True)`)."""
@@ -136,7 +154,7 @@ class CharTokenizer:
 
     @classmethod
     def from_dict(cls, data: dict[str, str]) -> CharTokenizer:
-        return cls(data["chars"])
+        return cls(_chars_of(data))
 
     def __repr__(self) -> str:
         return f"CharTokenizer(vocab_size={self.vocab_size})"
@@ -375,6 +393,8 @@ _TASKS: dict[str, type[Task]] = {"copy": CopyTask, "reverse": ReverseTask, "date
 def make_task(name: str | dict[str, object], **options: object) -> Task:
     """A task by name ("copy", "reverse", "dates"), or rebuilt from its `to_dict()`."""
     if isinstance(name, dict):
+        if "name" not in name:
+            raise ValueError(f"a task dict must have a 'name' (a task's to_dict()), got keys {sorted(name)}")
         options = {k: v for k, v in name.items() if k != "name"}
         name = str(name["name"])
     if name not in _TASKS:
@@ -490,6 +510,8 @@ class TextTokenizer:
     """
 
     def __init__(self, chars: str | Sequence[str]) -> None:
+        if not isinstance(chars, Sequence):
+            raise TypeError(f"chars must be a string (or list) of single characters, got {type(chars).__name__}")
         chars = list(chars)
         if not chars or any(not isinstance(c, str) or len(c) != 1 for c in chars):
             raise ValueError("chars must be a non-empty sequence of single characters")
@@ -527,13 +549,9 @@ class TextTokenizer:
 
     def decode(self, ids: Iterable[int] | Tensor) -> str:
         """Token ids (a 1-D tensor or a sequence of ints) -> the string."""
-        if isinstance(ids, Tensor):
-            if ids.dim() != 1:
-                raise ValueError(f"ids must be 1-D (one sequence), got shape {tuple(ids.shape)}")
-            ids = ids.tolist()
+        ids = _id_list(ids, self.vocab_size)
         out = []
         for i in ids:
-            i = int(i)
             if not 0 <= i < self.vocab_size:
                 raise ValueError(f"token id {i} is outside the vocabulary [0, {self.vocab_size})")
             out.append(self.chars[i])
@@ -545,10 +563,16 @@ class TextTokenizer:
 
     @classmethod
     def from_dict(cls, data: dict[str, str]) -> TextTokenizer:
-        return cls(data["chars"])
+        return cls(_chars_of(data))
 
     def __repr__(self) -> str:
         return f"TextTokenizer(vocab_size={self.vocab_size})"
+
+
+def _chars_of(data: object) -> str:
+    if not isinstance(data, dict) or not isinstance(data.get("chars"), str):
+        raise ValueError(f"data must be a tokenizer's to_dict(), {{'chars': '...'}}, got {str(data)[:60]}")
+    return data["chars"]
 
 
 def split_text(data: str | Tensor, train_fraction: float = 0.9) -> tuple[str | Tensor, str | Tensor]:
@@ -573,8 +597,8 @@ def split_text(data: str | Tensor, train_fraction: float = 0.9) -> tuple[str | T
 
 
 def _check_stream(data: object, block_size: object) -> None:
-    if not isinstance(data, Tensor) or data.dim() != 1 or data.is_floating_point():
-        shown = tuple(data.shape) if isinstance(data, Tensor) else type(data).__name__
+    if not isinstance(data, Tensor) or data.dim() != 1 or data.is_floating_point() or data.dtype == torch.bool:
+        shown = (tuple(data.shape), data.dtype) if isinstance(data, Tensor) else type(data).__name__
         raise TypeError(f"data must be a 1-D integer tensor of token ids (tokenizer.encode(text)), got {shown}")
     check_positive_int("block_size", block_size)
     assert isinstance(block_size, int)

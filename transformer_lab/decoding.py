@@ -60,7 +60,7 @@ def _check_arguments(
     if not isinstance(model, Transformer):
         raise TypeError(f"model must be a transformer_lab Transformer, got {type(model).__name__}")
     config = model.config
-    check_tokens("src", src, config.src_vocab_size)
+    check_tokens("src", src, config.src_vocab_size, device=model._device())
     assert isinstance(src, Tensor)
     if src.shape[0] == 0 or src.shape[1] == 0:
         raise ValueError(f"src must hold at least one token per row and one row, got shape {tuple(src.shape)}")

@@ -48,12 +48,7 @@ class TokenEmbedding(nn.Module):
 
     def forward(self, tokens: Tensor) -> Tensor:
         if not is_trusted():  # a model's public call has checked the ids already
-            check_tokens("tokens", tokens, self.vocab_size)
-            if tokens.device != self.embedding.weight.device:
-                raise ValueError(
-                    f"tokens are on {tokens.device} but the embedding is on {self.embedding.weight.device}; "
-                    "move one to the other with .to()"
-                )
+            check_tokens("tokens", tokens, self.vocab_size, device=self.embedding.weight.device)
         return self.embedding(tokens) * math.sqrt(self.d_model)  # (B, L, D)
 
 
@@ -65,6 +60,8 @@ def sinusoidal_encoding(max_len: int, d_model: int, dtype: torch.dtype = torch.f
     """
     check_positive_int("max_len", max_len)
     check_positive_int("d_model", d_model)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating-point torch.dtype such as torch.float32, got {dtype!r}")
     position = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)  # (max_len, 1)
     two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (ceil(D/2),)
     inv_freq = torch.exp(-two_i * math.log(10000.0) / d_model)  # 1 / 10000^(2i/D)

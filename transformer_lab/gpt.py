@@ -28,6 +28,7 @@ import dataclasses
 import json
 import math
 import os
+import pickle
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +37,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from transformer_lab._checks import check_bool, check_positive_int, check_probability, check_tokens
+from transformer_lab._checks import check_bool, check_positive_int, check_probability, check_tensor, check_tokens
 from transformer_lab.decoder import DecoderCache, LayerCache
 from transformer_lab.embedding import LearnedPositionalEmbedding
 from transformer_lab.encoder import EncoderLayer
@@ -204,7 +205,7 @@ class GPT(nn.Module):
 
     def _check_idx(self, idx: object, cache: DecoderCache | None) -> int:
         """Clear errors for bad token ids or a context past block_size; returns the first position of idx."""
-        check_tokens("idx", idx, self.config.vocab_size)
+        check_tokens("idx", idx, self.config.vocab_size, device=self.token_embedding.weight.device)
         assert isinstance(idx, Tensor)
         if idx.shape[1] == 0:
             raise ValueError(f"idx must hold at least one token per sequence, got shape {tuple(idx.shape)}")
@@ -282,7 +283,7 @@ class GPT(nn.Module):
             tokens (B, T0 + max_new_tokens), the prompt followed by the new tokens; with `return_logits`,
             (tokens, logits) where logits is (B, max_new_tokens, V).
         """
-        check_tokens("idx", idx, self.config.vocab_size)
+        check_tokens("idx", idx, self.config.vocab_size, device=self.token_embedding.weight.device)
         if idx.shape[1] == 0:
             raise ValueError(f"idx must hold at least one token per sequence (a prompt), got shape {tuple(idx.shape)}")
         if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
@@ -352,6 +353,9 @@ class GPT(nn.Module):
         for name in ("wte.weight", "wpe.weight", "ln_f.weight"):
             if name not in sd:
                 raise ValueError(f"state_dict is not a GPT-2 state dict: it has no {name!r}")
+        _check_weight("wte.weight", sd["wte.weight"])
+        if sd["wte.weight"].dim() != 2:
+            raise ValueError(f"state_dict['wte.weight'] must be (V, D), got shape {tuple(sd['wte.weight'].shape)}")
         vocab_size, d_model = sd["wte.weight"].shape
         block_size = sd["wpe.weight"].shape[0]
         n_layers = 0
@@ -359,7 +363,9 @@ class GPT(nn.Module):
             n_layers += 1
         if n_layers == 0:
             raise ValueError("state_dict is not a GPT-2 state dict: it has no blocks 'h.0....'")
-        d_ff = sd["h.0.mlp.c_fc.weight"].shape[1]
+        if "h.0.mlp.c_fc.weight" not in sd:
+            raise ValueError("state_dict is missing 'h.0.mlp.c_fc.weight' (every GPT-2 block has it)")
+        d_ff = sd["h.0.mlp.c_fc.weight"].shape[-1]
         if d_ff != 4 * d_model:
             raise ValueError(f"the feed-forward width must be 4 x d_model={4 * d_model} as in GPT-2, got {d_ff}")
         head = sd.get("lm_head.weight")
@@ -376,21 +382,56 @@ class GPT(nn.Module):
             activation="gelu_tanh",
         )
         ours = _convert_gpt2(sd, config)
+        dtypes = sorted({str(v.dtype) for v in ours.values()})
+        if len(dtypes) > 1:
+            raise ValueError(f"state_dict mixes dtypes {dtypes}; convert every tensor to one dtype first")
         model = cls(config).to(sd["wte.weight"].dtype)
-        model.load_state_dict(ours, strict=True)
+        try:
+            model.load_state_dict(ours, strict=True)
+        except RuntimeError as error:  # e.g. tensors on the meta device, which hold no values to copy
+            raise ValueError(f"state_dict could not be copied into the model: {str(error)[:300]}") from None
         return model.eval()
+
+
+def _check_weight(name: str, tensor: object) -> Tensor:
+    if not isinstance(tensor, Tensor) or not tensor.is_floating_point():
+        got = getattr(tensor, "dtype", type(tensor).__name__)
+        raise TypeError(
+            f"state_dict[{name!r}] must be a floating-point torch.Tensor, got {got}; "
+            "convert with torch.from_numpy(...) or .float()"
+        )
+    return tensor
 
 
 def _convert_gpt2(sd: dict[str, Tensor], config: GPTConfig) -> dict[str, Tensor]:
     """GPT-2's names and layouts -> ours (see the table in the module docstring)."""
-    d = config.d_model
+    d, v = config.d_model, config.vocab_size
     used = set()
+    # The shape of each GPT-2 tensor, by the end of its name (Conv1D weights are (in, out)).
+    shapes = {
+        "wte.weight": (v, d),
+        "wpe.weight": (config.block_size, d),
+        "lm_head.weight": (v, d),
+        "attn.c_attn.weight": (d, 3 * d),
+        "attn.c_attn.bias": (3 * d,),
+        "attn.c_proj.weight": (d, d),
+        "mlp.c_fc.weight": (d, 4 * d),
+        "mlp.c_fc.bias": (4 * d,),
+        "mlp.c_proj.weight": (4 * d, d),
+    }
 
     def take(name: str) -> Tensor:
         if name not in sd:
             raise ValueError(f"state_dict is missing {name!r} (a GPT-2 model with {config.n_layers} blocks has it)")
         used.add(name)
-        return sd[name]
+        tensor = _check_weight(name, sd[name])
+        expected = next((s for end, s in shapes.items() if name.endswith(end)), (d,))  # the rest: (D,)
+        if tuple(tensor.shape) != expected:
+            raise ValueError(
+                f"state_dict[{name!r}] has shape {tuple(tensor.shape)}, but a GPT-2 with V={v}, D={d} stores it as "
+                f"{expected} (Conv1D weights are (in, out): do not transpose them first)"
+            )
+        return tensor
 
     ours: dict[str, Tensor] = {
         "token_embedding.weight": take("wte.weight"),
@@ -442,6 +483,8 @@ def load_gpt2_state_dict(path: str | os.PathLike[str]) -> dict[str, Tensor]:
     Returns:
         the tensors by name, for `GPT.from_gpt2`.
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a folder or file path (str or pathlib.Path), got {type(path).__name__}")
     path = Path(path)
     if path.is_dir():
         for name in ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin"):
@@ -462,7 +505,13 @@ def load_gpt2_state_dict(path: str | os.PathLike[str]) -> dict[str, Tensor]:
         except ImportError as error:  # pragma: no cover - depends on the environment
             raise ImportError("reading .safetensors needs the safetensors package: pip install safetensors") from error
         return load_file(str(path), device="cpu")
-    state = torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as error:
+        raise ValueError(
+            f"path {os.fspath(path)!r} could not be read as a GPT-2 state dict (corrupt, or holding Python objects "
+            f"rather than tensors): {str(error)[:200]}"
+        ) from None
     if not isinstance(state, dict):
         raise ValueError(f"{path} does not hold a state dict (got {type(state).__name__})")
     return state
@@ -475,11 +524,18 @@ def load_gpt2(path: str | os.PathLike[str], n_heads: int | None = None) -> GPT:
     folder's config.json ("n_head"), else GPT-2's 12. config.json is also checked for what this model cannot
     represent (another activation than GELU's tanh approximation, another LayerNorm epsilon than 1e-5).
     """
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a folder or file path (str or pathlib.Path), got {type(path).__name__}")
     path = Path(path)
     config_file = path / "config.json" if path.is_dir() else path.parent / "config.json"
     hf_config: dict[str, Any] = {}
     if config_file.is_file():
-        hf_config = json.loads(config_file.read_text(encoding="utf-8"))
+        try:
+            hf_config = json.loads(config_file.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise ValueError(f"{config_file} is not valid JSON: {error}") from None
+        if not isinstance(hf_config, dict):
+            raise ValueError(f"{config_file} must hold a JSON object (GPT-2's config), got {type(hf_config).__name__}")
         activation = hf_config.get("activation_function", "gelu_new")
         if activation not in ("gelu_new", "gelu_pytorch_tanh"):
             raise ValueError(f"{config_file}: activation_function {activation!r} is not GELU's tanh approximation")
@@ -502,6 +558,9 @@ def filter_logits(logits: Tensor, top_k: int | None = None, top_p: float | None 
     Shape:
         logits (..., V) -> (..., V), the kept entries unchanged.
     """
+    check_tensor("logits", logits, min_dim=1)
+    if not logits.is_floating_point():
+        raise TypeError(f"logits must be a floating-point tensor of scores, got dtype {logits.dtype}")
     _check_sampling(1.0, top_k, top_p)
     if top_k is not None and top_k < logits.shape[-1]:
         kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]  # (..., 1), the k-th largest

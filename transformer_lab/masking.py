@@ -89,8 +89,8 @@ def to_additive_mask(mask: Tensor, dtype: torch.dtype = torch.float32) -> Tensor
     check_tensor("mask", mask)
     if mask.dtype != torch.bool:
         raise TypeError(f"mask must be a bool tensor, got dtype {mask.dtype}")
-    if not dtype.is_floating_point:
-        raise TypeError(f"dtype must be a floating-point dtype, got {dtype}")
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating-point torch.dtype such as torch.float32, got {dtype!r}")
     additive = torch.zeros(mask.shape, dtype=dtype, device=mask.device)
     return additive.masked_fill(~mask, float("-inf"))
 

@@ -22,6 +22,7 @@ from transformer_lab._checks import (
     check_bool,
     check_like_module,
     check_mask,
+    check_plain_data,
     check_positive_int,
     check_probability,
     check_sequence,
@@ -374,6 +375,10 @@ def save_checkpoint(model: Transformer, path: str | os.PathLike[str], **extra: A
     for key in ("config", "state_dict"):
         if key in extra:
             raise ValueError(f"extra data may not be called {key!r}: the checkpoint keeps the model's own there")
+    for key, value in extra.items():
+        check_plain_data(key, value)
+    if os.path.isdir(path):
+        raise ValueError(f"path {os.fspath(path)!r} is a folder; give a file name such as 'model.pt' inside it")
     folder = os.path.dirname(os.fspath(path)) or "."
     if not os.path.isdir(folder):
         raise ValueError(f"path {os.fspath(path)!r}: the folder {folder!r} does not exist; create it first")
@@ -412,6 +417,11 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: str | torch.devi
             f"path {os.fspath(path)!r} is not a transformer_lab checkpoint (expected a dict with keys 'config' and "
             "'state_dict', as tl.save_checkpoint writes)"
         )
+    if checkpoint.get("kind") == "gpt":
+        raise ValueError(
+            f"path {os.fspath(path)!r} holds a GPT checkpoint (chapter 10), not a Transformer's; "
+            "load it with tl.training.load_gpt(path)"
+        )
     config = checkpoint["config"]
     if not isinstance(config, dict):
         raise ValueError(f"the checkpoint's config must be a dict, got {type(config).__name__}")
@@ -426,6 +436,8 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: str | torch.devi
     except TypeError as error:
         raise ValueError(f"the checkpoint's config is not a valid TransformerConfig: {error}") from None
     state = checkpoint["state_dict"]
+    if not isinstance(state, dict):
+        raise ValueError(f"the checkpoint's state_dict must be a dict of tensors, got {type(state).__name__}")
     own = model.state_dict()
     missing = sorted(set(own) - set(state))
     unexpected = sorted(set(state) - set(own))

@@ -13,6 +13,8 @@ Shape legend: B batch, T sequence length, D features (d_model).
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -110,7 +112,7 @@ class BatchNorm(nn.Module):
         super().__init__()
         check_positive_int("num_features", num_features)
         _check_eps(eps)
-        if not isinstance(momentum, (int, float)) or not 0.0 <= momentum <= 1.0:
+        if isinstance(momentum, bool) or not isinstance(momentum, (int, float)) or not 0.0 <= momentum <= 1.0:
             raise ValueError(f"momentum must be a float in [0, 1], got {momentum!r}")
         self.num_features = num_features
         self.eps = float(eps)
@@ -125,6 +127,7 @@ class BatchNorm(nn.Module):
         check_tensor("x", x, dim=3)
         check_float("x", x)
         check_last_dim("x", x, self.num_features, what="num_features")
+        check_like_module("x", x, self, dtype=False)  # another float dtype is promoted, as in PyTorch
         if self.training:
             mean, var, count = _masked_feature_statistics(x, mask)  # (D,), (D,), number of tokens
             if count < 2:
@@ -150,8 +153,8 @@ class BatchNorm(nn.Module):
 def _check_eps(eps: object) -> None:
     if isinstance(eps, bool) or not isinstance(eps, (int, float)):
         raise TypeError(f"eps must be a positive float, got {eps!r}")
-    if eps <= 0:
-        raise ValueError(f"eps must be a positive float, got {eps!r}")
+    if not 0 < eps < math.inf:
+        raise ValueError(f"eps must be a positive finite float (e.g. 1e-5), got {eps!r}")
 
 
 def _check_token_mask(mask: object, x: Tensor) -> None:
@@ -161,6 +164,8 @@ def _check_token_mask(mask: object, x: Tensor) -> None:
         raise TypeError(f"mask must be a bool tensor (True = real token), got dtype {mask.dtype}")
     if tuple(mask.shape) != tuple(x.shape[:2]):
         raise ValueError(f"mask must have shape (B, T) = {tuple(x.shape[:2])}, got {tuple(mask.shape)}")
+    if mask.device != x.device:
+        raise ValueError(f"mask is on {mask.device} but x is on {x.device}; move it with mask.to(x.device)")
 
 
 def _masked_feature_statistics(x: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor, int]:

@@ -31,9 +31,28 @@ def sublayer_connection(
     Shape:
         x (B, T, D) -> (B, T, D).
     """
+    if not is_trusted():  # called on its own: inside a layer the layer's own modules are trusted
+        check_bool("norm_first", norm_first)
+        sublayer = _same_shape(sublayer)
     if norm_first:
         return x + dropout(sublayer(norm(x)))  # Pre-Norm
     return norm(x + dropout(sublayer(x)))  # Post-Norm ("Add & Norm")
+
+
+def _same_shape(sublayer: Callable[[Tensor], Tensor]) -> Callable[[Tensor], Tensor]:
+    """`sublayer`, raising a ValueError if its output's shape differs from its input's (no residual sum then)."""
+
+    def checked(h: Tensor) -> Tensor:
+        out = sublayer(h)
+        if not isinstance(out, Tensor) or out.shape != h.shape:
+            shown = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
+            raise ValueError(
+                f"sublayer must map (..., d_model) to the same shape for the residual sum x + sublayer(x): "
+                f"got {tuple(h.shape)} -> {shown}"
+            )
+        return out
+
+    return checked
 
 
 class Residual(nn.Module):

@@ -70,6 +70,10 @@ def date_attention(text: str, target: str | None = None) -> DateAttention:
     from transformer_lab.training import translate
 
     model, tokenizer, _ = date_model()
+    for name, value in (("text", text), ("target", target)):
+        longest = model.config.max_len - (name == "target")  # the decoder is fed BOS + target
+        if value is not None and len(value) > longest:
+            raise ValueError(f"{name} has {len(value)} characters; the model reads at most {longest}")
     if target is None:
         target = translate(model, [text], tokenizer)[0]
     batch = make_batch([(text, target)], tokenizer, "cpu")

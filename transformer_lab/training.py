@@ -31,8 +31,10 @@ from torch import Tensor, nn
 
 from transformer_lab._checks import (
     as_device,
+    check_bool,
     check_int,
     check_number,
+    check_plain_data,
     check_positive_int,
     check_probability,
     check_tensor,
@@ -294,6 +296,8 @@ def _check_sources(sources: object) -> None:
         )
     if not isinstance(sources, Sequence) or not all(isinstance(s, str) for s in sources):
         raise TypeError(f"sources must be a list of strings, got {type(sources).__name__} {str(sources)[:60]}")
+    if not all(sources):
+        raise ValueError(f"sources[{list(sources).index('')}] is an empty string: there is nothing to translate")
 
 
 def _check_tokenizer(tokenizer: object) -> None:
@@ -494,12 +498,18 @@ def _check_gpt(model: object) -> None:
         raise TypeError(f"model must be a tl.gpt.GPT, got {type(model).__name__}")
 
 
-def _check_stream_for(name: str, data: object, block: int) -> None:
+def _check_stream_for(name: str, data: object, block: int, vocab_size: int) -> None:
     if not isinstance(data, Tensor) or data.dim() != 1 or data.is_floating_point() or data.dtype == torch.bool:
         shown = f"shape {tuple(data.shape)}, dtype {data.dtype}" if isinstance(data, Tensor) else type(data).__name__
         raise TypeError(f"{name} must be a 1-D integer tensor of token ids (tokenizer.encode(text)), got {shown}")
     if data.numel() < block + 1:
         raise ValueError(f"{name} has {data.numel()} tokens, fewer than block + 1 = {block + 1}: one window needs that")
+    low, high = torch.stack(torch.aminmax(data)).tolist()  # one read-back, once per call (not per batch)
+    if low < 0 or high >= vocab_size:
+        raise ValueError(
+            f"{name} holds token id {low if low < 0 else high}, outside the model's vocabulary [0, {vocab_size}): "
+            "build the GPTConfig with the tokenizer's vocab_size"
+        )
 
 
 def _fast_path_flags(model: nn.Module) -> list[tuple[nn.Module, str, object]]:
@@ -546,7 +556,7 @@ def evaluate_text(model: nn.Module, data: Tensor, block: int | None = None, batc
     if block > model.config.block_size:
         raise ValueError(f"block ({block}) must be at most the model's block_size ({model.config.block_size})")
     check_positive_int("batch_size", batch_size)
-    _check_stream_for("data", data, block)
+    _check_stream_for("data", data, block, model.config.vocab_size)
     device = next(model.parameters()).device
     x, y = consecutive_windows(data.to(device), block)  # (W, block) each
     flags, was_training = _fast_path_flags(model), model.training
@@ -597,6 +607,8 @@ def make_adamw(
     Biases and LayerNorm gains/shifts (the 1-D parameters) are not decayed: pulling a gain towards 0 would
     shrink the activations, not regularise a mapping. A tied matrix is one parameter, decayed once.
     """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
     check_number("lr", lr, positive=True)
     check_number("weight_decay", weight_decay, non_negative=True)
     if (
@@ -687,15 +699,9 @@ def train_gpt(
     check_int("seed", seed, 0)
     if not isinstance(progress, bool):
         raise TypeError(f"progress must be True or False, got {progress!r}")
-    _check_stream_for("train_data", train_data, block)
+    _check_stream_for("train_data", train_data, block, model.config.vocab_size)
     if val_data is not None:
-        _check_stream_for("val_data", val_data, block)
-    for name, data in (("train_data", train_data), ("val_data", val_data)):
-        if data is not None and data.numel() and int(data.max()) >= model.config.vocab_size:
-            raise ValueError(
-                f"{name} holds token id {int(data.max())}, outside the model's vocabulary [0, "
-                f"{model.config.vocab_size}): build the GPTConfig with the tokenizer's vocab_size"
-            )
+        _check_stream_for("val_data", val_data, block, model.config.vocab_size)
     if device is not None:
         model.to(as_device("device", device))
     parallel = DataParallel(next(model.parameters()).device)
@@ -790,9 +796,14 @@ def save_gpt(
         )
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a str or a path, got {type(path).__name__}")
+    check_bool("half", half)
     for key in ("kind", "config", "tokenizer", "state_dict"):
         if key in extra:
             raise ValueError(f"extra data may not be called {key!r}: the checkpoint uses that key itself")
+    for key, value in extra.items():
+        check_plain_data(key, value)
+    if os.path.isdir(path):
+        raise ValueError(f"path {os.fspath(path)!r} is a folder; give a file name such as 'gpt.pt' inside it")
     folder = os.path.dirname(os.fspath(path)) or "."
     if not os.path.isdir(folder):
         raise ValueError(f"path {os.fspath(path)!r}: the folder {folder!r} does not exist; create it first")
@@ -851,6 +862,10 @@ def load_gpt(path: str | os.PathLike[str], map_location: torch.device | str = "c
         raise ValueError(
             f"{os.fspath(path)!r}: the tokenizer has {tokenizer.vocab_size} characters, the config "
             f"vocab_size={config.vocab_size}"
+        )
+    if not isinstance(data["state_dict"], dict):
+        raise ValueError(
+            f"{os.fspath(path)!r}: the state_dict must be a dict of weights, got {type(data['state_dict']).__name__}"
         )
     model = _gpt_class()(config)
     try:

@@ -98,6 +98,8 @@ def attention_grid(
         raise ValueError(f"weights must be (layers, heads, T, S) or (heads, T, S), got shape {values.shape}")
     n_layers, n_heads, t, s = values.shape
     names = list(row_names) if row_names is not None else [f"layer {i + 1}" for i in range(n_layers)]
+    if isinstance(row_names, str) or len(names) != n_layers:
+        raise ValueError(f"row_names must be {n_layers} names, one per layer, got {row_names!r}")
     cell = max(2.2, 0.28 * max(t, s) + 1.0)
     fig, axes = new_figure(n_layers, n_heads, size=(cell * n_heads, cell * n_layers))
     for i in range(n_layers):
@@ -147,6 +149,8 @@ def mask_picture(
         x_title, y_title: the axis titles (e.g. "sentence" when the rows are a batch, not queries).
     """
     values = _matrix("mask", mask, "choose a batch row and head first")
+    if not np.isin(values, (0.0, 1.0)).all():
+        raise ValueError("mask must be a bool (or 0/1) mask, True = may attend; got other values (weights?)")
     if cell_labels is not None:
         if isinstance(cell_labels, str) or len(cell_labels) != values.shape[0]:
             raise ValueError(
@@ -300,6 +304,8 @@ def softmax_saturation(
     values = torch.as_tensor(to_numpy(scores, "scores"), dtype=torch.float64)
     if values.ndim != 1 or values.numel() < 2:
         raise ValueError(f"scores must be a 1-D vector of at least 2 scores, got shape {tuple(values.shape)}")
+    if isinstance(scales, (str, bytes)) or not isinstance(scales, Sequence):
+        raise TypeError(f"scales must be a list of positive numbers, got {type(scales).__name__}")
     factors = [float(f) for f in scales]
     if not factors or any(f <= 0 for f in factors):
         raise ValueError(f"scales must be a non-empty sequence of positive numbers, got {list(scales)}")

@@ -12,7 +12,15 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from transformer_lab.plotting.style import CMAP_SIGNED, course_style, curves, heatmap, new_figure, to_numpy
+from transformer_lab.plotting.style import (
+    CMAP_SIGNED,
+    check_mapping,
+    course_style,
+    curves,
+    heatmap,
+    new_figure,
+    to_numpy,
+)
 
 __all__ = [
     "encoding_heatmap",
@@ -230,8 +238,11 @@ def value_histograms(
     ax: Axes | None = None,
 ) -> Figure:
     """Overlaid histograms of the entries of several tensors (e.g. a scaled embedding and the encoding)."""
+    check_mapping("series", series)
     if not series:
         raise ValueError("series must hold at least one named tensor")
+    if isinstance(bins, bool) or not isinstance(bins, int) or bins < 1:
+        raise ValueError(f"bins must be a positive int, got {bins!r}")
     ax = _axes(ax, (6.0, 3.2))
     with course_style():
         arrays = {name: to_numpy(values, f"series[{name!r}]").ravel() for name, values in series.items()}
@@ -252,6 +263,7 @@ def frequency_errors(
     ax: Axes | None = None,
 ) -> Figure:
     """Relative errors per frequency index i, one curve per method, on a log scale (zeros drawn at 1e-12)."""
+    check_mapping("errors", errors)
     if not errors:
         raise ValueError("errors must hold at least one named curve")
     ax = _axes(ax, (6.0, 3.2))

@@ -21,8 +21,10 @@ def noam_schedule_plot(
     """The paper's learning rate against the step, one curve per (d_model, warmup) setting (chapter 09)."""
     from transformer_lab.training import noam_lr
 
-    if not settings:
-        raise ValueError("settings must hold at least one (d_model, warmup) pair")
+    if not settings or not all(isinstance(pair, (tuple, list)) and len(pair) == 2 for pair in settings):
+        raise ValueError(f"settings must be a list of (d_model, warmup) pairs, e.g. [(512, 4000)], got {settings!r}")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be a positive int, got {steps!r}")
     import torch
 
     step = torch.arange(1, steps + 1)
@@ -55,6 +57,8 @@ def label_smoothing_plot(
 
     from transformer_lab.training import smoothed_targets
 
+    if isinstance(labels, str) or not isinstance(labels, Sequence):
+        raise TypeError(f"labels must be a list of strings, one per vocabulary entry, got {type(labels).__name__}")
     v = len(labels)
     if not 0 <= target < v or target == pad_id:
         raise ValueError(f"target must be a non-PAD id in [0, {v}), got {target}")
@@ -151,6 +155,11 @@ def cross_attention_maps(
     """
     if not maps:
         raise ValueError("maps must hold at least one (weights, source_labels, output_labels, title)")
+    if isinstance(n_cols, bool) or not isinstance(n_cols, int) or n_cols < 1:
+        raise ValueError(f"n_cols must be a positive int, got {n_cols!r}")
+    for i, m in enumerate(maps):
+        if not isinstance(m, (tuple, list)) or len(m) != 4:
+            raise TypeError(f"maps[{i}] must be a tuple (weights, source_labels, output_labels, title)")
     n_rows = -(-len(maps) // n_cols)
     widest = max(to_numpy(m[0], "maps weights").shape[1] for m in maps)
     tallest = max(to_numpy(m[0], "maps weights").shape[0] for m in maps)

@@ -17,7 +17,16 @@ from matplotlib.patches import Rectangle
 from matplotlib.ticker import ScalarFormatter
 
 from transformer_lab.normalization import batch_norm_statistics, layer_norm_statistics
-from transformer_lab.plotting.style import CMAP_SIGNED, STYLE, course_style, curves, heatmap, new_figure, to_numpy
+from transformer_lab.plotting.style import (
+    CMAP_SIGNED,
+    STYLE,
+    check_mapping,
+    course_style,
+    curves,
+    heatmap,
+    new_figure,
+    to_numpy,
+)
 
 __all__ = [
     "normalization_axes_cube",
@@ -39,6 +48,9 @@ _COLOURS = [c["color"] for c in STYLE["axes.prop_cycle"]]  # the course's line c
 
 
 def _lengths_or_full(lengths: Sequence[int] | None, batch: int, length: int) -> list[int]:
+    for name, value in (("batch", batch), ("length", length)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
     if lengths is None:
         return [length] * batch
     if len(lengths) != batch or any(not 1 <= n <= length for n in lengths):
@@ -148,6 +160,8 @@ def normalization_statistics(x: torch.Tensor, mask: torch.Tensor | None = None, 
     Shape:
         x (B, T, D), mask (B, T) bool (True = real token) or None.
     """
+    if isinstance(feature_limit, bool) or not isinstance(feature_limit, int) or feature_limit < 1:
+        raise ValueError(f"feature_limit must be a positive int, got {feature_limit!r}")
     mean_real, var_real = batch_norm_statistics(x, mask)  # (D,), (D,)
     mean_all, var_all = batch_norm_statistics(x)  # (D,), (D,): padding counted
     token_mean, token_var = layer_norm_statistics(x)  # (B, T), (B, T)
@@ -242,9 +256,13 @@ def activation_functions(names: Sequence[str] = ("relu", "gelu"), x_range: tuple
         "gelu_tanh": ("GELU (tanh approximation)", lambda v: F.gelu(v, approximate="tanh")),
         "silu": ("SiLU / Swish", F.silu),
     }
+    if isinstance(names, str):
+        raise TypeError(f"names must be a list of names, e.g. ['relu'], got the string {names!r}")
     unknown = [n for n in names if n not in known]
     if unknown:
         raise ValueError(f"names must be among {sorted(known)}, got {unknown}")
+    if len(x_range) != 2 or not x_range[0] < x_range[1]:
+        raise ValueError(f"x_range must be (low, high) with low < high, got {x_range!r}")
     xs = torch.linspace(x_range[0], x_range[1], 401, dtype=torch.float64)
     fig, axes = new_figure(size=(5.6, 3.8))
     ax = axes[0, 0]
@@ -263,6 +281,7 @@ def gradient_norms_per_layer(
     Args:
         series: {name: one norm per layer}.
     """
+    check_mapping("series", series)
     if ax is None:
         ax = new_figure(size=(6.4, 3.8))[1][0, 0]
     data = {name: (list(range(1, len(v) + 1)), np.maximum(to_numpy(v), 1e-30)) for name, v in series.items()}

@@ -77,6 +77,10 @@ def to_numpy(values: object, name: str = "values") -> np.ndarray:
     Anything else (a string, a dict, a ragged list, None ...) is a TypeError naming `name`.
     """
     if hasattr(values, "detach"):
+        if values.device.type == "meta":  # type: ignore[union-attr]
+            raise ValueError(f"{name} is a tensor on the meta device: it has a shape but no values to draw")
+        if values.is_complex():  # type: ignore[union-attr]
+            raise TypeError(f"{name} must hold real numbers, got dtype {values.dtype}")  # type: ignore[union-attr]
         values = values.detach().cpu().float().numpy()  # type: ignore[union-attr]
     if values is None or isinstance(values, (str, bytes, dict, set)):
         raise TypeError(f"{name} must be a tensor, a numpy array or a list of numbers, got {type(values).__name__}")
@@ -86,6 +90,18 @@ def to_numpy(values: object, name: str = "values") -> np.ndarray:
         raise TypeError(
             f"{name} must be a tensor, a numpy array or a (rectangular) list of numbers, got {str(values)[:60]}"
         ) from None
+
+
+def check_mapping(name: str, value: object) -> None:
+    """Raise TypeError unless `value` is a dict (a mapping of names to values)."""
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{name} must be a dict {{name: values}}, got {type(value).__name__}")
+
+
+def check_ax(ax: object) -> None:
+    """Raise TypeError unless `ax` is None or a matplotlib Axes."""
+    if ax is not None and not isinstance(ax, Axes):
+        raise TypeError(f"ax must be a matplotlib Axes (e.g. from plt.subplots()) or None, got {type(ax).__name__}")
 
 
 def heatmap(
@@ -109,6 +125,7 @@ def heatmap(
     `aspect="equal"` keeps every cell square (a (1, S) mask is then drawn as a strip, not a square).
     `label_names` are the caller's names of the column and row labels, used in error messages.
     """
+    check_ax(ax)
     values = to_numpy(matrix)
     if values.ndim != 2:
         raise ValueError(f"matrix must be 2-D, got shape {values.shape}")

@@ -148,6 +148,8 @@ def batch_norm_explorer(x: Tensor, mask: Tensor, features: int = 16) -> BatchNor
     check_tensor("mask", mask, dim=2)
     if mask.dtype != torch.bool or tuple(mask.shape) != tuple(x.shape[:2]):
         raise ValueError(f"mask must be a bool tensor of shape (B, T) = {tuple(x.shape[:2])}")
+    if isinstance(features, bool) or not isinstance(features, int) or features < 1:
+        raise ValueError(f"features must be a positive int (how many features to draw), got {features!r}")
     if x.shape[0] < 2:
         raise ValueError(f"x must hold at least 2 sequences to vary the batch size, got B={x.shape[0]}")
     if bool((mask.sum(dim=1) == 0).any()) or not bool(mask[:, 0].all()):
