@@ -261,6 +261,22 @@ def test_length_penalty_changes_the_winner(use_cache: bool) -> None:
     assert beam_search(model, src, length_penalty=1.0, **kwargs).tolist() == [[BOS, *long]]
 
 
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_gnmt_length_norm_ranks_by_the_gnmt_penalty(use_cache: bool) -> None:
+    model = ScriptedModel(length_table)
+    src = torch.tensor([[A]])
+    short, long = [EOS], [A, A, EOS]
+    kwargs = scripted_kwargs(max_len=6, beam_size=3, use_cache=use_cache, length_penalty=1.0)
+    # At alpha = 1, n ** alpha prefers the long one; GNMT's ((5 + n) / 6) ** alpha penalises length less
+    # and keeps the short one (the test's own scoring decides which).
+    gnmt = {tuple(s): log_prob(length_table, A, s) / ((5 + len(s)) / 6) for s in (short, long)}
+    assert max(gnmt, key=gnmt.get) == tuple(short)
+    assert beam_search(model, src, **kwargs).tolist() == [[BOS, *long]]
+    assert beam_search(model, src, length_norm="gnmt", **kwargs).tolist() == [[BOS, *short]]
+    with pytest.raises(ValueError, match="length_norm must be"):
+        beam_search(model, src, length_norm="wu", **kwargs)
+
+
 def rows_table(source: int, prefix: tuple[int, ...]) -> dict[int, float]:
     """Source A: EOS after 1 token; source B: EOS after 3 tokens; source C: never EOS."""
     generated = len(prefix) - 1

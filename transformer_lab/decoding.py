@@ -174,6 +174,7 @@ def beam_search(
     beam_size: int = 4,
     length_penalty: float = 1.0,
     use_cache: bool = True,
+    length_norm: str = "power",
 ) -> Tensor:
     """Beam search (束搜索): keep the `beam_size` best partial targets per source (chapter 09).
 
@@ -186,11 +187,14 @@ def beam_search(
 
     Finished hypotheses are ranked by the normalised score
 
-        score(y) = log P(y_1, ..., y_n | x) / n ** length_penalty
+        score(y) = log P(y_1, ..., y_n | x) / lp(n),   lp(n) = n ** length_penalty
 
     where n counts the generated tokens including EOS (BOS is not counted). `length_penalty=0`
     ranks by raw log-probability, which favours short outputs; 1.0 ranks by the mean
-    log-probability per token. The beams themselves are always ranked by raw log-probability
+    log-probability per token. With `length_norm="gnmt"`, lp(n) = ((5 + n) / 6) ** length_penalty
+    instead: the length penalty of Google's NMT system (Wu et al. 2016), which the paper uses with
+    alpha = 0.6 (section 6.1); it equals 1 at n = 1 and grows more slowly than n ** alpha.
+    The beams themselves are always ranked by raw log-probability
     (they all have the same length at a given step).
 
     Runs under `torch.no_grad()` in eval mode; the training flags are restored afterwards.
@@ -202,6 +206,7 @@ def beam_search(
             source and then copied to the beams with `DecoderCache.reorder`.
         beam_size: the number of beams K kept per source.
         length_penalty: the exponent alpha of the length normalisation above (>= 0).
+        length_norm: "power" (n ** alpha, the default) or "gnmt" (((5 + n) / 6) ** alpha).
 
     Shape:
         src (B, S). Returns a LongTensor (B, 1 + n), n <= max_len: per source the best finished
@@ -215,6 +220,15 @@ def beam_search(
         raise TypeError(f"length_penalty must be a float >= 0, got {length_penalty!r}")
     if not (math.isfinite(length_penalty) and length_penalty >= 0):
         raise ValueError(f"length_penalty must be a finite float >= 0, got {length_penalty}")
+    if length_norm not in ("power", "gnmt"):
+        raise ValueError(
+            f'length_norm must be "power" (n ** alpha) or "gnmt" (((5 + n) / 6) ** alpha), got {length_norm!r}'
+        )
+
+    def normalised(score: float, n: int) -> float:
+        """log P(y) / lp(n): the score finished hypotheses are ranked by."""
+        base = n if length_norm == "power" else (5 + n) / 6
+        return score / base**length_penalty
 
     batch, src_len = src.shape
     device = src.device
@@ -254,7 +268,7 @@ def beam_search(
                         if token == eos_id:
                             if rank < beam_size:
                                 generated = tokens[row, 1:].tolist() + [eos_id]
-                                finished[b].append((score / step**length_penalty, generated))
+                                finished[b].append((normalised(score, step), generated))
                             continue
                         rows.append(row)
                         next_tokens.append(token)
@@ -290,7 +304,7 @@ def beam_search(
                 score = float(scores[b, k])
                 if score != float("-inf"):
                     generated = tokens[b * beam_size + k, 1:].tolist()
-                    finished[b].append((score / len(generated) ** length_penalty, generated))
+                    finished[b].append((normalised(score, len(generated)), generated))
 
     if any(not hypotheses for hypotheses in finished):  # cannot happen with finite logits
         raise RuntimeError("beam search ended without any hypothesis; are the logits finite?")
