@@ -33,6 +33,14 @@ def kernel_peak_mib(client: NotebookClient) -> float:
     return float("nan")
 
 
+def kernel_cpu_seconds(client: NotebookClient) -> float:
+    """The kernel process's CPU time (user + system) so far, in seconds (Linux); wall time on a shared
+    machine overstates what a chapter costs, CPU time does not."""
+    pid = client.km.provisioner.process.pid  # type: ignore[union-attr]
+    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def execute(path: pathlib.Path, timeout: int = 600) -> tuple[float, float]:
     notebook = nbformat.read(path, as_version=4)
     os.environ["OMP_NUM_THREADS"] = "1"
@@ -48,6 +56,8 @@ def execute(path: pathlib.Path, timeout: int = 600) -> tuple[float, float]:
         client.execute(cleanup_kc=False)
         elapsed = time.perf_counter() - start
         peak = kernel_peak_mib(client)
+        cpu = kernel_cpu_seconds(client)
+        print(f"{path.name}: kernel CPU time {cpu:.1f} s", flush=True)
     # tools/chapter_times.py states each chapter's time from this measurement
     notebook.metadata.setdefault("transformer_lab", {})["kernel_seconds"] = round(elapsed)
     nbformat.write(notebook, path)
