@@ -142,15 +142,6 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     paths = args.notebooks or sorted((ROOT / "notebooks" / "solutions").glob("[0-9][0-9]_*.ipynb"))
     stale = []
-    for path in paths:
-        notebook = json.loads(path.read_text(encoding="utf-8"))
-        notebook, changed = updated(notebook)
-        numbers = estimate(notebook)
-        print(f"{path.name}: {time_line(numbers)}")
-        if changed:
-            stale.append(path.name)
-            if not args.check:
-                path.write_text(json.dumps(notebook, indent=1, sort_keys=True, ensure_ascii=False) + "\n", "utf-8")
     totals = {
         p.stem: total_minutes(estimate(json.loads(p.read_text(encoding="utf-8"))))
         for p in sorted((ROOT / "notebooks" / "solutions").glob("[0-9][0-9]_*.ipynb"))
@@ -162,6 +153,15 @@ def main(argv: list[str] | None = None) -> int:
             stale.append(f"{start.name} (map)")
             if not args.check:
                 start.write_text(json.dumps(notebook, indent=1, sort_keys=True, ensure_ascii=False) + "\n", "utf-8")
+    for path in paths:
+        notebook = json.loads(path.read_text(encoding="utf-8"))
+        notebook, changed = updated(notebook)
+        numbers = estimate(notebook)
+        print(f"{path.name}: {time_line(numbers)}")
+        if changed:
+            stale.append(path.name)
+            if not args.check:
+                path.write_text(json.dumps(notebook, indent=1, sort_keys=True, ensure_ascii=False) + "\n", "utf-8")
     if args.check and stale:
         print(f"stale times in {stale}: run python tools/chapter_times.py", file=sys.stderr)
         return 1
