@@ -2,11 +2,12 @@
 
 A notebook cell that draws is one line: `tl.plotting.attention_heatmap(weights, tokens, tokens)`.
 Modules by topic: style (shared look and primitives), attention (attention maps, masks),
-normalization (chapter 04), encoding (chapter 08), model (chapter 09: schedules, training curves).
+normalization (chapter 04), encoding (chapter 08), model (chapter 09: schedules, training curves), gpt (chapter 10).
 """
 
 from transformer_lab.plotting.attention import *  # noqa: F403
 from transformer_lab.plotting.encoding import *  # noqa: F403
+from transformer_lab.plotting.gpt import *  # noqa: F403
 from transformer_lab.plotting.model import *  # noqa: F403
 from transformer_lab.plotting.normalization import *  # noqa: F403
 from transformer_lab.plotting.style import *  # noqa: F403

@@ -1,0 +1,315 @@
+"""Exercises of chapter 10, the decoder-only GPT (仅解码器): notebooks/10_gpt.ipynb.
+
+1. `predict_masked_entries`: how many scores note 004's `tril` mask sets to -inf for T = 5 (easy, predict).
+2. `predict_gpt_parameters`: the parameter count of the chapter's GPT with a tied head (medium, predict).
+3. `conv1d_qkv_heads`: q, k, v heads from GPT-2's checkpoint layout, a Conv1D weight (D, 3D) (medium, build).
+4. `top_p_filter`: nucleus (top-p) filtering of a row of logits from primitives (harder, transfer).
+
+Used in the notebook as `from transformer_lab.exercises import ch10_gpt as exercises`.
+Shape legend: B batch, T positions, D d_model, H heads, d_k = D / H, V vocabulary size.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from transformer_lab.exercises.core import Case, Exercise
+from transformer_lab.gpt import GPT, filter_logits
+
+__all__ = ["predict_masked_entries", "predict_gpt_parameters", "conv1d_qkv_heads", "top_p_filter"]
+
+
+def _randn(*shape: int, seed: int) -> Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed))
+
+
+# --- 1. predict: the entries the tril mask removes ------------------------------------------------
+
+
+def _masked_entries_reference() -> int:
+    # tril(ones(5, 5)) keeps row t's keys 0..t: 1 + 2 + 3 + 4 + 5 = 15 of the 25 entries.
+    # masked_fill(bias == 0, -inf) sets the other 25 - 15 = 10 (the strict upper triangle) to -inf.
+    return 10
+
+
+predict_masked_entries = Exercise(
+    "predict_masked_entries",
+    reference=_masked_entries_reference,
+    cases=[Case("your count for T = 5", lambda: ())],
+    hints=[
+        "Draw the (5, 5) matrix torch.tril(torch.ones(5, 5)): which entries are 0?",
+        "Row t (query t) keeps the keys 0, ..., t: how many entries does row 0 keep, row 1, ..., row 4?",
+        "The kept entries add up to 1 + 2 + 3 + 4 + 5; every other entry of the 25 becomes -inf.",
+    ],
+    level="easy",
+    kind="predict",
+    wrong=[lambda: 15, lambda: 25, lambda: 5, lambda: 20],
+    why=(
+        "10 = T (T - 1) / 2: the strict upper triangle, every key after its query. The diagonal stays: a "
+        "character may look at itself. With T = 64 that is 2016 of the 4096 scores."
+    ),
+    explain={
+        15: "that is how many entries the mask KEEPS (the ones of tril, diagonal included).",
+        25: "not every entry: query t still sees the keys 0, ..., t.",
+        20: "the diagonal is kept: masked_fill only touches the entries where the tril buffer is 0.",
+        5: "that is the diagonal, which is kept.",
+        0: "masked_fill(bias == 0, -inf) does change the scores where tril is 0.",
+    },
+)
+
+
+# --- 2. predict: the parameters of the chapter's GPT ----------------------------------------------
+
+
+def _gpt_parameters_reference() -> int:
+    vocab, block, d, layers = 65, 64, 128, 4
+    embeddings = vocab * d + block * d  # wte (V, D) and wpe (block_size, D)
+    attention = 4 * (d * d + d)  # W^Q, W^K, W^V (nanoGPT's c_attn, 3D x D + 3D) and W^O (c_proj)
+    mlp = (d * 4 * d + 4 * d) + (4 * d * d + d)  # c_fc D -> 4D and c_proj 4D -> D, with biases
+    norms = 2 * 2 * d  # ln_1 and ln_2: a gain and a shift of D each
+    final_norm = 2 * d  # ln_f
+    head = 0  # tied: lm_head.weight IS wte.weight, counted once
+    return embeddings + layers * (attention + mlp + norms) + final_norm + head  # 809,856
+
+
+predict_gpt_parameters = Exercise(
+    "predict_gpt_parameters",
+    reference=_gpt_parameters_reference,
+    cases=[Case("your count for V=65, block_size=64, d_model=128, 4 layers, 4 heads, tied head", lambda: ())],
+    hints=[
+        "List the parts that hold numbers: the two embeddings, each block (attention, MLP, two LayerNorms), the "
+        "final LayerNorm, the head. The number of heads changes none of the sizes.",
+        "A Linear(n_in, n_out) has n_in * n_out + n_out numbers; a LayerNorm of D has 2D; the MLP's hidden width "
+        "is 4 x d_model; the position embedding has one row per position of the context.",
+        "Weight tying: lm_head.weight is the same tensor as the token embedding, so it adds nothing. Sum: "
+        "65*128 + 64*128 + 4 * (attention + MLP + 2 LayerNorms) + the final LayerNorm.",
+    ],
+    level="medium",
+    kind="predict",
+    wrong=[lambda: 809856 + 65 * 128, lambda: 809856 - 64 * 128, lambda: 809856 - 4 * 65536 - 4 * 384],
+    why=(
+        "809,856: 16,512 in the two embeddings, 198,272 per block (66,048 attention + 131,712 MLP + 512 "
+        "LayerNorm), 256 in ln_f, and nothing for the tied head. Untied, the head would add 65 x 128 = 8,320 "
+        "(1 %); for GPT-2 small, 50257 x 768 = 38.6 million (31 % of 124 M): tying matters for big vocabularies."
+    ),
+    explain={
+        809856 + 65 * 128: "the head is tied to the token embedding: one tensor, counted once.",
+        809856 - 64 * 128: "GPT learns its positions: wpe is a (block_size, D) table of parameters.",
+        809856 - 4 * 65536 - 4 * 384: "the MLP is 4 x wider than d_model: c_fc is D -> 4D.",
+        809856 - 4 * 512 - 256: "the LayerNorms have parameters too: a gain and a shift of D each.",
+        809856 - 4 * (3 * 128 + 128) - 4 * (512 + 128): "the Linear layers have biases here (bias=True, as GPT-2).",
+    },
+)
+
+
+# --- 3. build: q, k, v heads from GPT-2's Conv1D layout ------------------------------------------
+
+
+def _conv1d_heads_reference(x: Tensor, weight: Tensor, bias: Tensor, n_heads: int) -> tuple[Tensor, Tensor, Tensor]:
+    batch, length, d_model = x.shape
+    d_k = d_model // n_heads
+    qkv = x @ weight + bias  # Conv1D: weight (D, 3D) is (in, out), so x @ W, not x @ W.T: (B, T, 3D)
+    q, k, v = qkv[..., :d_model], qkv[..., d_model : 2 * d_model], qkv[..., 2 * d_model :]  # (B, T, D) each
+    # each (B, T, D) -> (B, T, H, d_k) -> (B, H, T, d_k): head h owns features h*d_k ... (h+1)*d_k - 1
+    return tuple(t.reshape(batch, length, n_heads, d_k).transpose(1, 2) for t in (q, k, v))  # type: ignore[return-value]
+
+
+def _conv1d_transposed(x, weight, bias, n_heads):  # noqa: ANN001, ANN202
+    b, t, d = x.shape
+    qkv = x @ weight.reshape(3 * d, d).T + bias  # treats (D, 3D) as if it were a Linear's (3D, D)
+    return tuple(p.reshape(b, t, n_heads, d // n_heads).transpose(1, 2) for p in qkv.split(d, dim=-1))
+
+
+def _conv1d_no_transpose(x, weight, bias, n_heads):  # noqa: ANN001, ANN202
+    b, t, d = x.shape
+    qkv = x @ weight + bias
+    return tuple(p.reshape(b, n_heads, t, d // n_heads) for p in qkv.split(d, dim=-1))  # mixes positions
+
+
+def _conv1d_per_head_layout(x, weight, bias, n_heads):  # noqa: ANN001, ANN202
+    b, t, d = x.shape
+    qkv = (x @ weight + bias).reshape(b, t, n_heads, 3, d // n_heads)  # assumes [q|k|v] inside each head
+    return tuple(qkv[:, :, :, i].transpose(1, 2) for i in range(3))
+
+
+def _conv1d_no_bias(x, weight, bias, n_heads):  # noqa: ANN001, ANN202
+    b, t, d = x.shape
+    qkv = x @ weight
+    return tuple(p.reshape(b, t, n_heads, d // n_heads).transpose(1, 2) for p in qkv.split(d, dim=-1))
+
+
+def _conv1d_with_library(x, weight, bias, n_heads):  # noqa: ANN001, ANN202
+    from transformer_lab.gpt import GPTConfig
+
+    d = x.shape[-1]
+    config = GPTConfig(vocab_size=1, block_size=1, d_model=d, n_heads=n_heads, n_layers=1)
+    attention = GPT(config).double().layers[0].self_attn
+    with torch.no_grad():
+        attention.w_q.weight.copy_(weight[:, :d].T)
+        attention.w_k.weight.copy_(weight[:, d : 2 * d].T)
+        attention.w_v.weight.copy_(weight[:, 2 * d :].T)
+        attention.w_q.bias.copy_(bias[:d])
+        attention.w_k.bias.copy_(bias[d : 2 * d])
+        attention.w_v.bias.copy_(bias[2 * d :])
+    return tuple(attention.split_heads(layer(x)) for layer in (attention.w_q, attention.w_k, attention.w_v))
+
+
+conv1d_qkv_heads = Exercise(
+    "conv1d_qkv_heads",
+    reference=_conv1d_heads_reference,
+    cases=[
+        Case(
+            "B=1, T=2, D=4, H=2",
+            lambda: (
+                _randn(1, 2, 4, seed=100).double(),
+                _randn(4, 12, seed=101).double(),
+                _randn(12, seed=102).double(),
+                2,
+            ),
+            atol=1e-10,
+            rtol=1e-10,
+        ),
+        Case(
+            "B=2, T=3, D=6, H=3",
+            lambda: (
+                _randn(2, 3, 6, seed=103).double(),
+                _randn(6, 18, seed=104).double(),
+                _randn(18, seed=105).double(),
+                3,
+            ),
+            atol=1e-10,
+            rtol=1e-10,
+        ),
+        Case(
+            "one head",
+            lambda: (
+                _randn(2, 4, 4, seed=106).double(),
+                _randn(4, 12, seed=107).double(),
+                _randn(12, seed=108).double(),
+                1,
+            ),
+            atol=1e-10,
+            rtol=1e-10,
+        ),
+        Case(
+            "B=2, T=5, D=8, H=4",
+            lambda: (
+                _randn(2, 5, 8, seed=109).double(),
+                _randn(8, 24, seed=110).double(),
+                _randn(24, seed=111).double(),
+                4,
+            ),
+            atol=1e-10,
+            rtol=1e-10,
+        ),
+        Case(
+            "a single position, T=1",
+            lambda: (
+                _randn(3, 1, 8, seed=112).double(),
+                _randn(8, 24, seed=113).double(),
+                _randn(24, seed=114).double(),
+                2,
+            ),
+            atol=1e-10,
+            rtol=1e-10,
+        ),
+    ],
+    hints=[
+        "GPT-2's checkpoints store c_attn as a Conv1D: its weight is (in, out) = (D, 3D) and it computes "
+        "x @ weight + bias. An nn.Linear stores (out, in) and computes x @ weight.T + bias.",
+        "After the projection each token has 3D features [q | k | v] (D each): cut the last axis into three "
+        "slices of D.",
+        "Each (B, T, D) slice becomes (B, T, H, d_k) with a reshape (head h owns d_k consecutive features), then "
+        "swap the T and H axes to get (B, H, T, d_k).",
+    ],
+    level="medium",
+    kind="build",
+    wrong=[_conv1d_transposed, _conv1d_no_transpose, _conv1d_per_head_layout, _conv1d_no_bias],
+    forbidden=[GPT],
+    shortcuts=[_conv1d_with_library],
+)
+
+
+# --- 4. transfer: top-p (nucleus) filtering from primitives ---------------------------------------
+
+
+def _top_p_reference(logits: Tensor, top_p: float) -> Tensor:
+    order = torch.argsort(logits, dim=-1, descending=True)  # (..., V): the most likely token first
+    sorted_logits = torch.gather(logits, -1, order)  # (..., V)
+    exp = torch.exp(sorted_logits - sorted_logits[..., :1])  # the softmax's numerators, the largest is 1
+    probs = exp / exp.sum(dim=-1, keepdim=True)  # (..., V), sorted
+    before = torch.cumsum(probs, dim=-1) - probs  # the probability of the tokens ranked above each one
+    drop_sorted = before >= top_p  # keep a token while the mass before it is still below top_p
+    drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)  # back to the vocabulary's order
+    return torch.where(drop, torch.full_like(logits, float("-inf")), logits)
+
+
+def _probs(logits):  # noqa: ANN001, ANN202
+    exp = torch.exp(logits - logits.max(dim=-1, keepdim=True).values)
+    return exp / exp.sum(dim=-1, keepdim=True)
+
+
+def _top_p_cumsum_inclusive(logits, top_p):  # noqa: ANN001, ANN202
+    order = torch.argsort(logits, dim=-1, descending=True)
+    probs = torch.gather(_probs(logits), -1, order)
+    drop_sorted = torch.cumsum(probs, dim=-1) > top_p  # drops the token that crosses top_p
+    drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+    return logits.masked_fill(drop, float("-inf"))
+
+
+def _top_p_unsorted(logits, top_p):  # noqa: ANN001, ANN202
+    probs = _probs(logits)
+    before = torch.cumsum(probs, dim=-1) - probs  # in vocabulary order, not by probability
+    return logits.masked_fill(before >= top_p, float("-inf"))
+
+
+def _top_p_sorted_order(logits, top_p):  # noqa: ANN001, ANN202
+    sorted_logits, _ = torch.sort(logits, dim=-1, descending=True)
+    probs = _probs(sorted_logits)
+    before = torch.cumsum(probs, dim=-1) - probs
+    return sorted_logits.masked_fill(before >= top_p, float("-inf"))  # forgot to scatter back
+
+
+def _top_p_zero_instead(logits, top_p):  # noqa: ANN001, ANN202
+    order = torch.argsort(logits, dim=-1, descending=True)
+    probs = torch.gather(_probs(logits), -1, order)
+    drop = torch.zeros_like(probs, dtype=torch.bool).scatter(-1, order, torch.cumsum(probs, -1) - probs >= top_p)
+    return logits.masked_fill(drop, 0.0)  # a logit of 0 still has probability
+
+
+def _top_p_with_library(logits, top_p):  # noqa: ANN001, ANN202
+    return filter_logits(logits, top_p=top_p)
+
+
+def _top_p_through_generate_helper(logits, top_p):  # noqa: ANN001, ANN202
+    import transformer_lab.gpt as gpt_module
+
+    return getattr(gpt_module, "filter" + "_logits")(logits, None, top_p)
+
+
+top_p_filter = Exercise(
+    "top_p_filter",
+    reference=_top_p_reference,
+    cases=[
+        Case("one row, top_p = 0.5", lambda: (torch.tensor([1.0, 3.0, 0.0, 2.0, -1.0]), 0.5)),
+        Case("one row, top_p = 0.9", lambda: (torch.tensor([0.5, 2.5, 2.0, -1.0, 1.0, 0.0]), 0.9)),
+        Case("a batch of rows (B, V)", lambda: (_randn(4, 10, seed=120) * 2, 0.8)),
+        Case("top_p = 1.0 keeps every token", lambda: (_randn(2, 7, seed=121), 1.0)),
+        Case("a tiny top_p keeps only the most likely token", lambda: (_randn(3, 9, seed=122) * 3, 1e-3)),
+        Case("(B, T, V) logits", lambda: (_randn(2, 3, 8, seed=123) * 2, 0.6)),
+    ],
+    hints=[
+        "Nucleus sampling keeps the most likely tokens until their probabilities add up to top_p. So rank the "
+        "tokens by probability first (argsort, descending), and compute the probabilities with a softmax you write.",
+        "In that ranked order, a token is kept while the probability of the tokens ranked ABOVE it (a cumulative sum "
+        "minus the token's own probability) is still below top_p: the most likely token is always kept.",
+        "Decide keep/drop in the ranked order, then put the decisions back in the vocabulary's order (scatter with "
+        "the ranking's indices), and write -inf into the dropped logits (the kept ones stay unchanged).",
+    ],
+    level="harder",
+    kind="transfer",
+    wrong=[_top_p_cumsum_inclusive, _top_p_unsorted, _top_p_sorted_order, _top_p_zero_instead],
+    forbidden=[filter_logits, "softmax", "log_softmax"],
+    shortcuts=[_top_p_with_library, _top_p_through_generate_helper],
+)

@@ -1,0 +1,187 @@
+"""Figures of chapter 10 (the GPT): two recipes' curves, sampling filters, heads by distance, poem rates."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from transformer_lab.plotting.style import CMAP_WEIGHTS, course_style, curves, heatmap, new_figure, to_numpy
+
+__all__ = ["recipe_curves", "sampling_filters", "attention_by_distance", "sample_rates"]
+
+
+def _history(name: str, h: object) -> Mapping[str, object]:
+    if hasattr(h, "to_dict"):
+        h = h.to_dict()
+    if not isinstance(h, Mapping):
+        raise TypeError(
+            f"histories[{name!r}] must be a tl.training.TextHistory or its to_dict(), got {type(h).__name__}"
+        )
+    missing = [key for key in ("step", "loss", "eval_step", "val_loss") if key not in h]
+    if missing:
+        raise ValueError(f"histories[{name!r}] lacks {missing}; pass what tl.training.train_gpt returned")
+    return h
+
+
+def _smooth(values: np.ndarray, window: int) -> np.ndarray:
+    """A running mean over `window` steps (shorter at the start)."""
+    sums = np.cumsum(np.insert(values, 0, 0.0))
+    idx = np.arange(1, len(values) + 1)
+    lo = np.maximum(idx - window, 0)
+    return (sums[idx] - sums[lo]) / (idx - lo)
+
+
+def recipe_curves(
+    histories: Mapping[str, object],
+    characters_per_step: Mapping[str, int],
+    target: float | None = None,
+    smooth: int = 50,
+    title: str = "",
+) -> Figure:
+    """Training and validation loss of several `train_gpt` runs against the characters trained on (chapter 10).
+
+    The x-axis is the number of training characters seen (step x batch x block), which does not depend on the
+    machine, so a run of this machine and a shipped log of another compare fairly; on one thread the training
+    time is close to proportional to it.
+
+    Args:
+        histories: {name: `TextHistory` or its `to_dict()`}.
+        characters_per_step: {name: batch_size x block} for every run.
+        target: draw this validation loss as a dashed line (e.g. 1.88).
+        smooth: the training loss is drawn as a running mean over this many steps.
+    """
+    if not isinstance(histories, Mapping) or not histories:
+        raise TypeError("histories must be a non-empty dict {name: TextHistory}")
+    if not isinstance(characters_per_step, Mapping) or set(characters_per_step) != set(histories):
+        raise ValueError(
+            f"characters_per_step must give batch x block for every run: runs {sorted(histories)}, got "
+            f"{sorted(characters_per_step) if isinstance(characters_per_step, Mapping) else characters_per_step!r}"
+        )
+    if isinstance(smooth, bool) or not isinstance(smooth, int) or smooth < 1:
+        raise ValueError(f"smooth must be an int >= 1 (steps in the running mean), got {smooth!r}")
+    runs = {name: _history(name, h) for name, h in histories.items()}
+    train, val = {}, {}
+    for name, h in runs.items():
+        per_step = characters_per_step[name]
+        if isinstance(per_step, bool) or not isinstance(per_step, int) or per_step < 1:
+            raise ValueError(f"characters_per_step[{name!r}] must be an int >= 1, got {per_step!r}")
+        steps = to_numpy(h["step"], "step") * per_step / 1e6
+        train[name] = (steps, _smooth(to_numpy(h["loss"], "loss"), smooth))
+        val[name] = (to_numpy(h["eval_step"], "eval_step") * per_step / 1e6, to_numpy(h["val_loss"], "val_loss"))
+    fig, axes = new_figure(1, 2, size=(10.0, 3.6))
+    x_title = "training characters seen (millions)"
+    curves(axes[0, 0], train, f"training loss (running mean over {smooth} steps)", x_title, "loss (nats / char)")
+    curves(axes[0, 1], val, "validation loss (whole split)", x_title, "loss (nats / char)")
+    with course_style():
+        for ax in axes[0]:
+            ax.set_ylim(1.4, 3.0)
+        for line, (xs, ys) in zip(axes[0, 1].get_lines(), val.values(), strict=True):
+            axes[0, 1].scatter(xs[-1:], ys[-1:], s=18, color=line.get_color())
+            axes[0, 1].annotate(f"{ys[-1]:.3f}", (xs[-1], ys[-1]), textcoords="offset points", xytext=(4, 4))
+        if target is not None:
+            axes[0, 1].axhline(target, color="0.4", linestyle="--", linewidth=1.0)
+            axes[0, 1].annotate(f"{target}", (0.0, target), textcoords="offset points", xytext=(2, -12), color="0.3")
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def sampling_filters(rows: Mapping[str, object], labels: Sequence[str], title: str = "") -> Figure:
+    """Next-token distributions side by side: one panel per sampling setting (chapter 10).
+
+    Args:
+        rows: {setting name: probabilities (V,)}, e.g. softmax(filter_logits(logits / T, top_k, top_p)).
+        labels: V labels (the characters), drawn under the bars.
+    """
+    if not isinstance(rows, Mapping) or not rows:
+        raise TypeError("rows must be a non-empty dict {setting: probabilities (V,)}")
+    values = {name: to_numpy(p, f"rows[{name!r}]") for name, p in rows.items()}
+    for name, p in values.items():
+        if p.ndim != 1 or len(p) != len(labels):
+            raise ValueError(f"rows[{name!r}] must have one probability per label ({len(labels)}), got {p.shape}")
+    fig, axes = new_figure(1, len(values), size=(2.6 * len(values) + 0.6, 3.0))
+    with course_style():
+        for ax, (name, p) in zip(axes[0], values.items(), strict=True):
+            kept = int((p > 0).sum())
+            ax.bar(range(len(p)), p, color="#1f77b4")
+            ax.set_xticks(range(len(p)))
+            ax.set_xticklabels(list(labels), fontsize=7)
+            ax.set_ylim(0, 1)
+            ax.set_title(f"{name}\n{kept} kept")
+        axes[0, 0].set_ylabel("probability")
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def attention_by_distance(weights: object, max_distance: int = 16, title: str = "") -> Figure:
+    """Where each head looks: its mean attention weight at each distance back from the query (chapter 10).
+
+    Row "layer l, head h", column d: the mean, over the queries t >= max_distance, of the weight that query t
+    gives to key t - d (d = 0: the query's own position). A head that reads the previous character has its
+    mass in column 1; one that spreads over the context has a flat row.
+
+    Args:
+        weights: (L, H, T, T) causal attention weights of one sequence (a list of (H, T, T) works too).
+        max_distance: the largest distance shown; T must exceed it.
+    """
+    if isinstance(weights, (list, tuple)):
+        values = np.stack([to_numpy(w, "weights") for w in weights])
+    else:
+        values = to_numpy(weights, "weights")
+    if values.ndim != 4 or values.shape[-1] != values.shape[-2]:
+        raise ValueError(f"weights must be (layers, heads, T, T), got shape {values.shape}")
+    n_layers, n_heads, t, _ = values.shape
+    if isinstance(max_distance, bool) or not isinstance(max_distance, int) or not 1 <= max_distance < t:
+        raise ValueError(f"max_distance must be an int in [1, T={t}), got {max_distance!r}")
+    queries = np.arange(max_distance, t)
+    table = np.stack(
+        [values[:, :, queries, queries - d].mean(axis=-1) for d in range(max_distance + 1)], axis=-1
+    )  # (L, H, max_distance + 1)
+    table = table.reshape(n_layers * n_heads, max_distance + 1)
+    names = [f"layer {layer + 1}, head {head + 1}" for layer in range(n_layers) for head in range(n_heads)]
+    fig, axes = new_figure(size=(0.34 * (max_distance + 1) + 3.2, 0.3 * len(names) + 1.4))
+    heatmap(
+        axes[0, 0],
+        table,
+        [str(d) for d in range(max_distance + 1)],
+        names,
+        title=title or "mean attention weight by distance back",
+        x_title="distance back from the query (0 = itself)",
+        cmap=CMAP_WEIGHTS,
+        vmin=0.0,
+        vmax=1.0,
+    )
+    return fig
+
+
+def sample_rates(rates: Mapping[str, Mapping[str, float]], title: str = "") -> Figure:
+    """Grouped bars: for each model, each measured rate in [0, 1] (chapter 10: poem shape, verbatim copies).
+
+    Args:
+        rates: {model name: {rate name: value in [0, 1]}}, every model with the same rate names.
+    """
+    if not isinstance(rates, Mapping) or not rates:
+        raise TypeError("rates must be a non-empty dict {model: {rate: value}}")
+    names = list(next(iter(rates.values())))
+    for model, row in rates.items():
+        if not isinstance(row, Mapping) or list(row) != names:
+            raise ValueError(f"rates[{model!r}] must have the rates {names}, got {row!r}")
+    fig, axes = new_figure(size=(1.6 * len(rates) * len(names) + 2.0, 3.2))
+    ax = axes[0, 0]
+    width = 0.8 / len(names)
+    with course_style():
+        for i, name in enumerate(names):
+            xs = np.arange(len(rates)) + (i - (len(names) - 1) / 2) * width
+            ys = [float(row[name]) for row in rates.values()]
+            bars = ax.bar(xs, ys, width, label=name)
+            ax.bar_label(bars, labels=[f"{y:.0%}" for y in ys], fontsize=8)
+        ax.set_xticks(range(len(rates)))
+        ax.set_xticklabels(list(rates))
+        ax.set_ylim(0, 1.12)
+        ax.set_ylabel("share of samples")
+        ax.legend(loc="upper left")
+        ax.set_title(title)
+    return fig
