@@ -94,7 +94,31 @@ def _id_list(ids: object, vocab_size: int) -> list[int]:
     return out
 
 
-class CharTokenizer:
+class _CharsSerialised:
+    """What both tokenizers share: they are saved as their characters (`to_dict`, `from_dict`)."""
+
+    chars: str
+    vocab_size: int
+
+    def to_dict(self) -> dict[str, str]:
+        """Plain data for a checkpoint (readable with `torch.load(weights_only=True)`)."""
+        return {"chars": self.chars}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, str]):  # noqa: ANN206 - the subclass
+        return cls(_chars_of(data))  # type: ignore[call-arg]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(vocab_size={self.vocab_size})"
+
+
+def _chars_of(data: object) -> str:
+    if not isinstance(data, dict) or not isinstance(data.get("chars"), str):
+        raise ValueError(f"data must be a tokenizer's to_dict(), {{'chars': '...'}}, got {str(data)[:60]}")
+    return data["chars"]
+
+
+class CharTokenizer(_CharsSerialised):
     """Characters <-> token ids, with the four special tokens first (chapter 09).
 
     Ids: 0 PAD, 1 BOS (start of a target), 2 EOS (end of a target), 3 UNK (any character not in
@@ -147,17 +171,6 @@ class CharTokenizer:
         """One readable label per id (for attention-map axes): characters, or "<bos>", "<eos>", ..."""
         ids = _id_list(ids, self.vocab_size)
         return ["␣" if self.tokens[i] == " " else self.tokens[i] for i in ids]
-
-    def to_dict(self) -> dict[str, str]:
-        """Plain data for a checkpoint (readable with `torch.load(weights_only=True)`)."""
-        return {"chars": self.chars}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, str]) -> CharTokenizer:
-        return cls(_chars_of(data))
-
-    def __repr__(self) -> str:
-        return f"CharTokenizer(vocab_size={self.vocab_size})"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -497,7 +510,7 @@ def load_corpus(name: str | os.PathLike[str]) -> str:
         raise ValueError(f"{path} is not UTF-8 text: {error}") from None
 
 
-class TextTokenizer:
+class TextTokenizer(_CharsSerialised):
     """Characters <-> token ids for a language model on one corpus (chapter 10).
 
     The vocabulary is the sorted set of the characters of a text (`from_text`), id i being the i-th:
@@ -556,23 +569,6 @@ class TextTokenizer:
                 raise ValueError(f"token id {i} is outside the vocabulary [0, {self.vocab_size})")
             out.append(self.chars[i])
         return "".join(out)
-
-    def to_dict(self) -> dict[str, str]:
-        """Plain data for a checkpoint (readable with `torch.load(weights_only=True)`)."""
-        return {"chars": self.chars}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, str]) -> TextTokenizer:
-        return cls(_chars_of(data))
-
-    def __repr__(self) -> str:
-        return f"TextTokenizer(vocab_size={self.vocab_size})"
-
-
-def _chars_of(data: object) -> str:
-    if not isinstance(data, dict) or not isinstance(data.get("chars"), str):
-        raise ValueError(f"data must be a tokenizer's to_dict(), {{'chars': '...'}}, got {str(data)[:60]}")
-    return data["chars"]
 
 
 def split_text(data: str | Tensor, train_fraction: float = 0.9) -> tuple[str | Tensor, str | Tensor]:

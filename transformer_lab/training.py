@@ -402,10 +402,7 @@ def train(
     rng = random.Random(f"train/{task.name}/{seed}")
     validation = task.examples("validation", eval_examples, seed=seed)
     optimizer, scheduler = make_optimizer(model, model.config.d_model, warmup, lr_factor)
-    # Every module's own path flag (attention's record_weights, LayerNorm's fused), restored at the end.
-    flags = [
-        (m, name, getattr(m, name)) for m in model.modules() for name in ("record_weights", "fused") if hasattr(m, name)
-    ]
+    flags = _fast_path_flags(model)  # restored at the end
     record_attention(model, False)
     history = History()
     start = time.perf_counter()
@@ -442,8 +439,7 @@ def train(
         finished = True
     finally:
         bar.close()
-        for module, name, value in flags:
-            setattr(module, name, value)
+        _restore_flags(flags)
         model.eval()
         parallel.close(wait=finished)
     history.seconds = time.perf_counter() - start
@@ -519,6 +515,12 @@ def _fast_path_flags(model: nn.Module) -> list[tuple[nn.Module, str, object]]:
     ]
 
 
+def _restore_flags(flags: list[tuple[nn.Module, str, object]]) -> None:
+    """Put back what `_fast_path_flags` saved."""
+    for module, name, value in flags:
+        setattr(module, name, value)
+
+
 @torch.no_grad()
 def _text_loss_sum(model: nn.Module, x: Tensor, y: Tensor, batch_size: int) -> Tensor:
     """The SUM of the cross-entropies of every position of the windows x -> y (float64 on x's device)."""
@@ -565,8 +567,7 @@ def evaluate_text(model: nn.Module, data: Tensor, block: int | None = None, batc
     try:
         total = _text_loss_sum(model, x, y, batch_size)
     finally:
-        for module, name, value in flags:
-            setattr(module, name, value)
+        _restore_flags(flags)
         model.train(was_training)
     return total.item() / y.numel()
 
@@ -762,8 +763,7 @@ def train_gpt(
         finished = True
     finally:
         bar.close()
-        for module, name, value in flags:
-            setattr(module, name, value)
+        _restore_flags(flags)
         model.eval()
         parallel.close(wait=finished)
     history.seconds = time.perf_counter() - start
