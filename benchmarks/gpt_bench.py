@@ -27,7 +27,6 @@ import json
 import platform
 import statistics
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -38,6 +37,8 @@ from torch import nn
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench import time_once  # noqa: E402 - beside this file: the same timing as the layer benchmarks
 
 import transformer_lab as tl  # noqa: E402
 from transformer_lab.data import TextTokenizer, load_corpus, split_text  # noqa: E402
@@ -53,19 +54,6 @@ TARGET_STEP, TARGET_HF_GENERATE, TARGET_CACHE = 1.0, 1.0, 5.0
 NANOGPT_RECIPE: dict[str, Any] = dict(
     steps=2000, batch_size=12, lr=1e-3, min_lr=1e-4, warmup=100, weight_decay=0.1, betas=(0.9, 0.99), clip_norm=1.0
 )
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def time_once(fn: Callable[[], object], device: torch.device) -> float:
-    synchronize(device)
-    start = time.perf_counter()
-    fn()
-    synchronize(device)
-    return time.perf_counter() - start
 
 
 def interleaved(variants: dict[str, Callable[[], object]], repeats: int, warmup: int, device: torch.device) -> dict:
