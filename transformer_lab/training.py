@@ -65,6 +65,11 @@ __all__ = [
     "load_gpt",
 ]
 
+# Seconds between two redraws of a progress bar. In a notebook every redraw is a few kernel messages;
+# a run of minutes redrawn ten times a second sends thousands, and a client that reads them only
+# when the cell ends (nbval, papermill) loses the overflow, the cell's end included.
+PROGRESS_SECONDS = 1.0
+
 
 # ---------------------------------------------------------------------------------------------
 # Label smoothing
@@ -408,7 +413,11 @@ def train(
     start = time.perf_counter()
     model.train()
     bar = tqdm(
-        range(1, steps + 1), desc=f"training on {task.name}", disable=not progress or not parallel.is_main, leave=True
+        range(1, steps + 1),
+        desc=f"training on {task.name}",
+        disable=not progress or not parallel.is_main,
+        leave=True,
+        mininterval=PROGRESS_SECONDS,
     )
     finished = False
     try:
@@ -730,7 +739,12 @@ def train_gpt(
     start = time.perf_counter()
     evaluating = 0.0  # seconds spent evaluating, left out of eval_seconds
     model.train()
-    bar = tqdm(range(1, steps + 1), desc="training the GPT", disable=not progress or not parallel.is_main)
+    bar = tqdm(
+        range(1, steps + 1),
+        desc="training the GPT",
+        disable=not progress or not parallel.is_main,
+        mininterval=PROGRESS_SECONDS,
+    )
     finished = False
     try:
         for step in bar:
