@@ -41,6 +41,9 @@ import torch
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
+from transformer_lab.i18n import message as _m
+from transformer_lab.i18n import text as _t
+
 __all__ = ["Case", "Exercise", "CheckResult", "compare", "LEVELS", "KINDS"]
 
 LEVELS = ("easy", "medium", "harder")
@@ -95,24 +98,17 @@ class CheckResult:
     def report(self) -> str:
         total = self.n_cases or len(self.lines)
         if self.not_done:
-            return (
-                f"{self.exercise}: {NOT_DONE} (0 of {total} cases passed)\n"
-                "  Your function still raises NotImplementedError: replace `# YOUR CODE HERE` and\n"
-                "  `raise NotImplementedError()` with your code, run its cell, then this one again."
-            )
-        out = [f"{self.exercise}: {self.n_passed} of {total} cases passed"]
+            return _m("check.not_done", exercise=self.exercise, total=total)
+        out = [_m("check.summary", exercise=self.exercise, passed=self.n_passed, total=total)]
         out += [f"  {'✓' if ok else '✗'} {text}" for ok, text in self.lines]
         if self.shortcut:
-            out.append(
-                f"Build it from the pieces: your function calls {self.shortcut}, the finished version of what this "
-                "exercise asks you to build, so it gets no credit. Use the smaller operations the chapter showed."
-            )
+            out.append(_m("check.shortcut", shortcut=self.shortcut))
         elif self.passed:
-            out.append("All correct. Well done!")
+            out.append(_m("check.all_correct"))
             if self.right_why:
-                out.append(self.right_why)
+                out.append(_t(self.right_why))
         else:
-            out.append("Not there yet: fix the first ✗ above, or call hint().")
+            out.append(_m("check.not_there"))
         return "\n".join(out)
 
 
@@ -122,9 +118,11 @@ def compare(got: Any, expected: Any, atol: float = 1e-5, rtol: float = 1e-4, nam
         return _compare_tensors(got, expected, atol, rtol, name)
     if isinstance(expected, (tuple, list)):
         if not isinstance(got, (tuple, list)):
-            return f"{name} should be a {type(expected).__name__} of {len(expected)} items, got {_type_name(got)}"
+            return _m(
+                "compare.sequence_type", name=name, kind=type(expected).__name__, n=len(expected), got=_type_name(got)
+            )
         if len(got) != len(expected):
-            return f"{name} should have {len(expected)} items, got {len(got)}"
+            return _m("compare.sequence_length", name=name, n=len(expected), got=len(got))
         for i, (g, e) in enumerate(zip(got, expected, strict=True)):
             problem = compare(g, e, atol, rtol, f"{name}[{i}]")
             if problem:
@@ -132,9 +130,9 @@ def compare(got: Any, expected: Any, atol: float = 1e-5, rtol: float = 1e-4, nam
         return None
     if isinstance(expected, dict):
         if not isinstance(got, dict):
-            return f"{name} should be a dict, got {_type_name(got)}"
+            return _m("compare.dict_type", name=name, got=_type_name(got))
         if set(got) != set(expected):
-            return f"{name} should have keys {sorted(expected)}, got {sorted(map(str, got))}"
+            return _m("compare.dict_keys", name=name, expected=sorted(expected), got=sorted(map(str, got)))
         for key in expected:
             problem = compare(got[key], expected[key], atol, rtol, f"{name}[{key!r}]")
             if problem:
@@ -144,30 +142,30 @@ def compare(got: Any, expected: Any, atol: float = 1e-5, rtol: float = 1e-4, nam
         if isinstance(got, Tensor) and got.numel() == 1 and not got.is_complex():
             got = got.item()
         if not isinstance(got, (int, float)) or isinstance(got, bool):
-            return f"{name} should be a number, got {_type_name(got)}"
+            return _m("compare.number_type", name=name, got=_type_name(got))
         if math.isnan(got) and not math.isnan(expected):
-            return f"{name} is NaN, expected {expected:.6g}"
+            return _m("compare.number_nan", name=name, expected=f"{expected:.6g}")
         if not math.isclose(got, expected, rel_tol=rtol, abs_tol=atol):
-            return f"{name} is {got:.6g}, expected {expected:.6g}"
+            return _m("compare.number_value", name=name, got=f"{got:.6g}", expected=f"{expected:.6g}")
         return None
     if isinstance(got, Tensor) and got.numel() != 1:
-        return f"{name} should be a {type(expected).__name__}, got a tensor of shape {tuple(got.shape)}"
+        return _m("compare.type", name=name, kind=type(expected).__name__, got=_type_name(got))
     if isinstance(expected, bool) != isinstance(got, bool) and not isinstance(got, Tensor):
-        return f"{name} should be a {type(expected).__name__}, got {_type_name(got)}"
+        return _m("compare.type", name=name, kind=type(expected).__name__, got=_type_name(got))
     if isinstance(expected, (int, str)) and not isinstance(got, (int, str, float, Tensor)):
-        return f"{name} should be a {type(expected).__name__}, got {_type_name(got)}"
+        return _m("compare.type", name=name, kind=type(expected).__name__, got=_type_name(got))
     try:
         equal = bool(got == expected)
     except Exception:  # an exotic object whose == misbehaves is simply not equal
         equal = False
     if not equal:
-        return f"{name} is {_short_repr(got)}, expected {expected!r}"
+        return _m("compare.value", name=name, got=_short_repr(got), expected=repr(expected))
     return None
 
 
 def _type_name(value: Any) -> str:
     if isinstance(value, Tensor):
-        return f"a tensor of shape {tuple(value.shape)}"
+        return _m("compare.tensor_shape_of", shape=tuple(value.shape))
     return type(value).__name__
 
 
@@ -181,38 +179,46 @@ def _short_repr(value: Any) -> str:
 
 def _compare_tensors(got: Any, expected: Tensor, atol: float, rtol: float, name: str) -> str | None:
     if not isinstance(got, Tensor):
-        return f"{name} should be a torch.Tensor, got {_type_name(got)}"
+        return _m("compare.tensor_type", name=name, got=_type_name(got))
     if got.device != expected.device:
-        return f"{name} is on device {got.device}, expected {expected.device}: return it on the input's device"
+        return _m("compare.tensor_device", name=name, got=got.device, expected=expected.device)
     if tuple(got.shape) != tuple(expected.shape):
-        return f"{name} has the wrong shape: expected {tuple(expected.shape)}, got {tuple(got.shape)}"
+        return _m("compare.tensor_shape", name=name, expected=tuple(expected.shape), got=tuple(got.shape))
     if got.is_complex() and not expected.is_complex():
-        return f"{name} is a complex tensor ({got.dtype}); expected real numbers ({expected.dtype})"
+        return _m("compare.tensor_complex", name=name, got=got.dtype, expected=expected.dtype)
     if expected.dtype == torch.bool or got.dtype == torch.bool:
         if got.dtype != expected.dtype:
-            return f"{name} should have dtype {expected.dtype}, got {got.dtype}"
+            return _m("compare.tensor_dtype", name=name, expected=expected.dtype, got=got.dtype)
         wrong = (got != expected).nonzero()
         if len(wrong):
             where = tuple(wrong[0].tolist())
-            return (
-                f"{name} is wrong at {len(wrong)} of {got.numel()} positions, first at index {where}: "
-                f"expected {expected[where].item()}, got {got[where].item()}"
+            return _m(
+                "compare.tensor_bool_values",
+                name=name,
+                wrong=len(wrong),
+                total=got.numel(),
+                where=where,
+                expected=expected[where].item(),
+                got=got[where].item(),
             )
         return None
     got_f, expected_f = got.detach().to(torch.float64), expected.detach().to(torch.float64)
     nan = torch.isnan(got_f) & ~torch.isnan(expected_f)
     if nan.any():
         where = tuple(nan.nonzero()[0].tolist())
-        return (
-            f"{name} contains NaN at {int(nan.sum())} positions (first at index {where}), where a number was expected"
-        )
+        return _m("compare.tensor_nan", name=name, count=int(nan.sum()), where=where)
     close = torch.isclose(got_f, expected_f, rtol=rtol, atol=atol, equal_nan=True)
     if not close.all():
         diff = (got_f - expected_f).abs().nan_to_num(nan=math.inf)
         where = tuple((diff == diff.max()).nonzero()[0].tolist())
-        return (
-            f"{name} has wrong values at {int((~close).sum())} of {got.numel()} positions; the largest error is at "
-            f"index {where}: expected {expected_f[where].item():.6g}, got {got_f[where].item():.6g}"
+        return _m(
+            "compare.tensor_values",
+            name=name,
+            wrong=int((~close).sum()),
+            total=got.numel(),
+            where=where,
+            expected=f"{expected_f[where].item():.6g}",
+            got=f"{got_f[where].item():.6g}",
         )
     return None
 
@@ -268,13 +274,23 @@ def _code_objects(obj: Any) -> dict[Any, str]:
     return found
 
 
+class _Shown:
+    """A name for a forbidden function, said in the language in use when it is shown."""
+
+    def __init__(self, key: str, **fields: Any) -> None:
+        self.key, self.fields = key, fields
+
+    def __str__(self) -> str:
+        return _m(self.key, **self.fields)
+
+
 class _Codes:
     """Code objects compared by identity (equal code objects are still different functions)."""
 
     def __init__(self) -> None:
         self._by_id: dict[int, tuple[Any, str]] = {}
 
-    def add(self, code: Any, shown: str) -> None:
+    def add(self, code: Any, shown: Any) -> None:
         self._by_id[id(code)] = (code, shown)  # keeps the code object alive, so its id stays unique
 
     def get(self, code: Any) -> str | None:
@@ -416,10 +432,10 @@ class Exercise:
         self.shortcuts = list(shortcuts)
         self._torch_names: dict[str, str] = {}
         self._codes = _Codes()
-        self._codes.add(reference.__code__, f"the exercise's own reference (exercises.{name}.reference)")
+        self._codes.add(reference.__code__, _Shown("shown.reference", name=name))
         for item in self.forbidden:
             if isinstance(item, str):
-                shown = f"torch's `{item}`"
+                shown = _Shown("shown.torch", name=item)
                 for variant in (item, f"special_{item}", f"native_{item}"):
                     self._torch_names[variant] = shown
             else:
@@ -432,21 +448,22 @@ class Exercise:
         """Try `candidate` on every case; never raises; leaves the global random state as it was."""
         result = CheckResult(self.name, n_cases=len(self.cases))
         if not callable(candidate):
-            result.lines.append((False, f"expected a function, got {_type_name(candidate)}"))
+            result.lines.append((False, _m("run.not_a_function", got=_type_name(candidate))))
             return result
         with _same_random_state():
             for index, case in enumerate(self.cases):
                 try:
                     problem = self._run_case(candidate, case, result, index)
                 except Exception as exc:  # a failure of the comparison itself on an exotic result
-                    problem = f"could not be compared ({type(exc).__name__}: {exc})"
+                    problem = _m("run.not_compared", error=f"{type(exc).__name__}: {exc}")
                 if result.not_done:
                     result.lines.clear()
                     break  # the same message for every case would be noise
                 if result.shortcut:
-                    result.lines = [(False, f"{case.name}: {problem}")]
+                    result.lines = [(False, f"{_t(case.name)}: {problem}")]
                     break  # no credit for any case: one line says why
-                result.lines.append((problem is None, case.name if problem is None else f"{case.name}: {problem}"))
+                shown = _t(case.name)
+                result.lines.append((problem is None, shown if problem is None else f"{shown}: {problem}"))
         if result.passed and self.why:
             result.right_why = self.why
         return result
@@ -469,20 +486,20 @@ class Exercise:
             result.not_done = True
             return NOT_DONE
         except _Stop as exc:
-            return f"stopped the program with {exc}: a function should return its result instead"
+            return _m("run.stopped", error=exc)
         except RecursionError:
-            return "raised RecursionError: the function calls itself without end"
+            return _m("run.recursion")
         except Exception as exc:  # the learner's code may raise anything: report it, never re-raise
             if case.raises is not None and isinstance(exc, case.raises):
                 return None
-            return f"raised {type(exc).__name__}: {exc}"
+            return _m("run.raised", error=f"{type(exc).__name__}: {exc}")
         if seen:
-            result.shortcut = seen[0]
-            return f"calls {seen[0]}"
+            result.shortcut = str(seen[0])
+            return _m("run.calls", shortcut=result.shortcut)
         if case.raises is not None:
-            return f"should raise {case.raises.__name__} for this input, but returned normally"
+            return _m("run.should_raise", error=case.raises.__name__)
         if _changed(before, inputs):
-            return "changed its input tensor in place; compute a new tensor instead"
+            return _m("run.changed_input")
         stored = _stored_answers().get(self._key)
         if stored is not None:  # a student version without the references (exercises/answers.py)
             expected = stored[index]
@@ -505,8 +522,8 @@ class Exercise:
         except TypeError:  # unhashable
             why = None
         if why:
-            return f"not right: {textwrap.dedent(why).strip()}"
-        return "not right. Work it out step by step (call hint() for a nudge), then try again."
+            return _m("run.not_right_because", why=_t(textwrap.dedent(why).strip()))
+        return _m("run.not_right")
 
     # -- what a notebook calls --------------------------------------------------------------------
 
@@ -515,12 +532,25 @@ class Exercise:
         try:
             text = self.run(candidate).report()
         except BaseException as exc:  # noqa: BLE001 - a check must never stop the learner's notebook
-            text = f"{self.name}: the checker itself failed ({type(exc).__name__}: {exc}); please report it"
+            text = _m("check.checker_failed", exercise=self.name, error=f"{type(exc).__name__}: {exc}")
         print(text)
 
     def blank_report(self) -> str:
         """What `check()` prints for a blank answer (the learner edition's stored output)."""
         return CheckResult(self.name, n_cases=len(self.cases), not_done=True).report()
+
+    def passing_report(self) -> str:
+        """What `check()` prints for an answer that passes every case (the source edition's stored output),
+        computed without running anything."""
+        lines = [(True, _t(case.name)) for case in self.cases]
+        return CheckResult(self.name, n_cases=len(self.cases), lines=lines, right_why=self.why).report()
+
+    def texts(self) -> list[str]:
+        """Every text of this exercise a learner can be shown, in English: the catalogue's keys."""
+        found = [case.name for case in self.cases] + list(self.hints)
+        found += [self.why] if self.why else []
+        found += [textwrap.dedent(why).strip() for why in self.explain.values() if why]
+        return list(dict.fromkeys(found))
 
     def passes(self, candidate: Callable[..., Any]) -> bool:
         return self.run(candidate).passed
@@ -534,14 +564,19 @@ class Exercise:
         """Print hint number `step` (1 = a first nudge; the last one stops one step short of the answer)."""
         n = len(self.hints)
         if isinstance(step, bool) or not isinstance(step, int) or not 1 <= step <= n:
-            print(f"{self.name} has hints 1 to {n}: call hint(), hint(2), ... hint({n}).")
+            print(_m("hint.range", exercise=self.name, n=n))
             return
-        text = f"Hint {step} of {n} for {self.name}:\n{self.hints[step - 1]}"
+        print(self.hint_text(step))
+
+    def hint_text(self, step: int = 1) -> str:
+        """What `hint(step)` prints, in the current language."""
+        n = len(self.hints)
+        text = _m("hint.header", step=step, n=n, exercise=self.name) + "\n" + _t(self.hints[step - 1])
         if step < n:
-            text += f"\n(More: exercises.{self.name}.hint({step + 1}))"
+            text += "\n" + _m("hint.more", exercise=self.name, next=step + 1)
         else:
-            text += f"\n(That was the last hint; exercises.{self.name}.solution() shows a whole answer.)"
-        print(text)
+            text += "\n" + _m("hint.last", exercise=self.name)
+        return text
 
     def solution(self) -> None:
         """Print a working answer: the reference's source, under the learner's function name."""
@@ -553,14 +588,11 @@ class Exercise:
 
     def solution_source(self) -> str:
         if _stored_answers():
-            return (
-                f"This version of the course has no solutions (your teacher made it without them): "
-                f"the hints, exercises.{self.name}.hint(1) to hint({len(self.hints)}), are there to help."
-            )
+            return _m("solution.withheld", exercise=self.name, n=len(self.hints))
         source = textwrap.dedent(inspect.getsource(self.reference))
         source = re.sub(r"^def \w+\(", f"def {self.name}(", source, count=1, flags=re.M)
         if self.why:
-            source += "\n# Why: " + self.why.replace("\n", "\n# ")
+            source += "\n" + _m("solution.why") + _t(self.why).replace("\n", "\n# ")
         return source
 
     def reference_copy(self) -> Callable[..., Any]:
