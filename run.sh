@@ -4,6 +4,9 @@
 #
 #   bash run.sh lab          set up, then open your own working copy of the course (my_notebooks/,
 #                            made from the learner edition in notebooks/) in JupyterLab
+#   bash run.sh lab zh       the same for the Chinese edition (中文版): my_notebooks/zh/, made from
+#                            notebooks/zh/, in JupyterLab with its interface in Chinese
+#                            (or TRANSFORMER_LAB_LANGUAGE=zh bash run.sh lab)
 #   bash run.sh test         set up, then run every test: lint, unit tests, every notebook under
 #                            strict nbval, the classroom checks and the browser test
 #   bash run.sh notebooks    re-execute the source edition (notebooks/solutions/) in place, each in a
@@ -32,12 +35,32 @@ command="${1:-}"
 [ $# -gt 0 ] && shift
 case "$command" in
     lab)
+        language="${TRANSFORMER_LAB_LANGUAGE:-en}"
+        if [ "${1:-}" = zh ] || [ "${1:-}" = en ]; then
+            language="$1"
+            shift
+        fi
+        case "$language" in
+            en) source=notebooks; dest=my_notebooks ;;
+            zh) source=notebooks/zh; dest=my_notebooks/zh ;;
+            *) echo "run.sh lab: the language must be en or zh, got '$language'" >&2; exit 2 ;;
+        esac
         setup requirements.txt
         # Your working copy: created on first use, kept in step with the course without ever
         # overwriting a chapter you changed (tools/workspace.py says what it did).
-        "$PYTHON" tools/workspace.py --dest my_notebooks
+        "$PYTHON" tools/workspace.py --source "$source" --dest "$dest"
         JUPYTER="$(cd "$(dirname "$VENV/bin/jupyter")" && pwd)/jupyter"
-        cd my_notebooks
+        if [ "$language" = zh ]; then
+            # JupyterLab's own interface in Chinese (the language pack of requirements.txt): its settings
+            # for this course live in .jupyter-zh/, made once; Settings > Language changes them.
+            export JUPYTERLAB_SETTINGS_DIR="$PWD/.jupyter-zh/user-settings"
+            plugin="$JUPYTERLAB_SETTINGS_DIR/@jupyterlab/translation-extension"
+            if [ ! -f "$plugin/plugin.jupyterlab-settings" ]; then
+                mkdir -p "$plugin"
+                printf '{\n    "locale": "zh_CN"\n}\n' > "$plugin/plugin.jupyterlab-settings"
+            fi
+        fi
+        cd "$dest"
         exec "$JUPYTER" lab 00_start_here.ipynb "$@"
         ;;
     test)

@@ -185,5 +185,25 @@ def test_readme_badge_opens_the_start_notebook_on_binder():
     for link in links:
         match = re.fullmatch(r"https://mybinder\.org/v2/gh/([^/]+)/([^/]+)/HEAD\?urlpath=lab/tree/(\S+)", link)
         assert match, f"expected https://mybinder.org/v2/gh/OWNER/REPO/HEAD?urlpath=lab/tree/<notebook>, got {link}"
-        assert match.group(3) == "notebooks/00_start_here.ipynb", link
-    assert (ROOT / "notebooks" / "00_start_here.ipynb").is_file()
+        assert match.group(3) in ("notebooks/00_start_here.ipynb", "notebooks/zh/00_start_here.ipynb"), link
+        assert (ROOT / match.group(3)).is_file(), link
+    assert any(link.endswith("notebooks/00_start_here.ipynb") for link in links)
+
+
+def test_the_chinese_badge_opens_the_chinese_edition_and_agrees_with_readme():
+    """README.md and README.zh.md each have a badge to the Chinese learner edition, with the same OWNER/REPO
+    as README.md's English badge (README.md says where to change them)."""
+    english = (ROOT / "README.md").read_text(encoding="utf-8")
+    chinese = (ROOT / "README.zh.md").read_text(encoding="utf-8")
+    assert "README.zh.md" in english.split("\n\n", 2)[1], "README.md should link README.zh.md at its top"
+    repos = set()
+    for text in (english, chinese):
+        zh = re.findall(
+            r"https://mybinder\.org/v2/gh/([^/]+/[^/]+)/HEAD\?urlpath=lab/tree/notebooks/zh/00_start_here\.ipynb", text
+        )
+        assert zh, "no badge to notebooks/zh/00_start_here.ipynb"
+        repos |= set(zh)
+    repos |= set(re.findall(r"https://mybinder\.org/v2/gh/([^/]+/[^/]+)/HEAD", english))
+    assert len(repos) == 1, f"the badges name different repositories: {sorted(repos)}"
+    for pin in ("requirements.txt", "binder/requirements.txt"):
+        assert re.search(r"^jupyterlab-language-pack-zh-CN==\S+$", (ROOT / pin).read_text(), re.M), pin

@@ -93,11 +93,20 @@ def lab(tmp_path_factory):
     """A JupyterLab server on a temporary copy of the course; yields (base url, token, notebook folder)."""
     require(pathlib.Path(CHROMIUM).exists(), f"no Chromium at {CHROMIUM}: install it with apt-get install chromium")
     tmp = tmp_path_factory.mktemp("lab")
-    course = tmp / "course"
-    (course / "notebooks").mkdir(parents=True)
+    (tmp / "course" / "notebooks").mkdir(parents=True)
     for path in [*WIDGET_CHAPTERS, FIXTURE]:
-        strip(path, course / "notebooks" / path.name)
+        strip(path, tmp / "course" / "notebooks" / path.name)
+    yield from running_lab(tmp)
+
+
+def running_lab(tmp: pathlib.Path, locale: str | None = None):
+    """Run JupyterLab on tmp/course (its interface in `locale`, e.g. "zh_CN", if given); yield (base, token, tmp)."""
+    course = tmp / "course"
     config, settings = tmp / "config", tmp / "settings"
+    if locale:  # the interface's language, as Settings > Language (or `bash run.sh lab zh`) sets it
+        write_json(
+            settings / "@jupyterlab" / "translation-extension" / "plugin.jupyterlab-settings", {"locale": locale}
+        )
     # Like Binder: no nbgrader in the lab (its server and lab extensions are installed in the test env).
     write_json(
         config / "jupyter_server_config.json",
@@ -177,7 +186,7 @@ def lab(tmp_path_factory):
         stop(server)
         log.close()
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
-        shutil.copy(tmp / "server.log", ARTIFACTS / "server.log")
+        shutil.copy(tmp / "server.log", ARTIFACTS / ("server.log" if not locale else f"server-{locale}.log"))
 
 
 def stop(server: subprocess.Popen) -> None:

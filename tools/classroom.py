@@ -1,6 +1,6 @@
 """Teach with the course: student versions, grading that can't be fooled, feedback. One assignment per chapter.
 
-    python tools/classroom.py student  [--chapters 01 02 ...] [--out student/] [--with-solutions]
+    python tools/classroom.py student  [--chapters 01 02 ...] [--out student/] [--with-solutions] [--language zh]
     python tools/classroom.py grade    SUBMISSIONS/ [--chapters ...] [--timeout 10] [--jobs N]
     python tools/classroom.py feedback [--out feedback/]
     python tools/classroom.py report
@@ -22,6 +22,11 @@ this run, and is compared in this process, which never runs a student's code. Po
 points and the totals over the chapters graded so far; `grading_report.md` names every problem per
 student (tampering, calls of finished functions, misnamed, corrupt or missing notebooks, time-outs).
 One bad file never stops the others. Students are graded in parallel on the machine's cores.
+
+A class has one language, chosen by `student --language en|zh` when its course directory is made (English
+by default) and kept in the course directory: a Chinese class is handed the Chinese edition
+(notebooks/zh/solutions/), whose checks, hints and solutions speak Chinese, a Chinese README, and gets
+its feedback in Chinese. The grading code is the same.
 
 `feedback` writes one HTML page per student and chapter (what passed, what did not and why), without
 the teacher's paths or any copy of the package, into `feedback/<student>/<chapter>.html`.
@@ -52,6 +57,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 COURSE_ID = "transformer_lab"
 MARKER = ".transformer_lab_student"  # marks a folder this tool made, so --out may replace it
 RESULTS = "grading"  # inside the course directory: one JSON per student and chapter
+CLASS_FILE = "transformer_lab_class.json"  # inside the course directory: the class's language
 
 NBGRADER_CONFIG = """\
 # nbgrader configuration of the transformer_lab course directory, written by tools/classroom.py.
@@ -120,6 +126,45 @@ WITHOUT_SOLUTIONS = (
     "stored answers instead."
 )
 
+STUDENT_README_ZH = """\
+# Transformer Lab：你的课程副本
+
+这里是老师目前发给你的各章，练习留给你来完成。
+
+## 准备（只需一次）
+
+需要 Python 3.11 或更新的版本。在这个文件夹里运行：
+
+    python -m venv .venv
+    .venv/bin/pip install -r requirements.txt
+    .venv/bin/jupyter lab
+
+（Windows 上用 `.venv\\\\Scripts\\\\pip` 和 `.venv\\\\Scripts\\\\jupyter`。没有 NVIDIA GPU 时，在 pip 命令后加上
+`--extra-index-url https://download.pytorch.org/whl/cpu`，安装小得多的 PyTorch。）软件包 `transformer_lab`
+就在这个文件夹里、笔记本旁边，笔记本从这里导入它：不需要再安装别的东西。修改它不会影响你的成绩：
+你的答案用老师的副本评分。JupyterLab 的界面语言可在 Settings → Language 中选择中文。
+
+## 练习
+
+每个练习是一个函数，函数体写着 `# YOUR CODE HERE` 和 `raise NotImplementedError()`：把这两行换成你的代码。
+它下面的单元格会用几个用例检查你的函数，告诉你哪里对、哪里不对；它从不让笔记本停下来，所以即使练习
+还空着，“Run All”也总能运行到最后。取消帮助单元格中各行的注释，就能一步一步看到提示{solution_sentence}
+
+## 如何评分
+
+老师用与检查单元格同类的其他输入为每个答案评分，所以凭正确理由通过检查的答案在评分时也会通过；
+每通过一个用例，就得到该练习分数中相应的一份。评分时只运行你的答案单元格，每个练习单独运行：
+请让每个答案只依赖本章的设置单元格就能运行。直接调用它要你实现的现成版本（本库的函数或 PyTorch 的函数）
+的答案不得分。检查你作业的单元格是锁定的：请保持原样。
+
+## 提交
+
+按老师的要求，提交你完成的各章 `.ipynb` 文件，不要改文件名。
+"""
+
+WITH_SOLUTIONS_ZH = "；`exercises.<名称>.solution()` 给出一个可运行的答案。"
+WITHOUT_SOLUTIONS_ZH = "；这个版本没有答案：`exercises.<名称>.solution()` 会说明这一点，检查则与存储的答案比较。"
+
 HIDDEN_BEGIN, HIDDEN_END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
 SOLUTION_BEGIN, SOLUTION_END = "### BEGIN SOLUTION", "### END SOLUTION"
 STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]*$")
@@ -141,9 +186,36 @@ def split_hidden(source: str) -> tuple[str, str]:
     return (before + after).strip(), hidden.strip()
 
 
-def chapter_notebooks(root: pathlib.Path = ROOT) -> list[pathlib.Path]:
-    """The course's chapters with their answers (the source edition): notebooks/solutions/NN_*.ipynb, in order."""
-    return sorted((root / "notebooks" / "solutions").glob("[0-9][0-9]_*.ipynb"))
+def chapter_notebooks(root: pathlib.Path = ROOT, language: str = "en") -> list[pathlib.Path]:
+    """The course's chapters with their answers (the source edition), in order: notebooks/solutions/NN_*.ipynb,
+    or notebooks/zh/solutions/NN_*.ipynb for a Chinese class."""
+    folder = root / "notebooks" / "solutions" if language == "en" else root / "notebooks" / language / "solutions"
+    return sorted(folder.glob("[0-9][0-9]_*.ipynb"))
+
+
+def class_language(course_dir: pathlib.Path) -> str | None:
+    """The language a course directory's class was made in (None for a directory `student` never made)."""
+    path = course_dir / CLASS_FILE
+    return json.loads(path.read_text(encoding="utf-8"))["language"] if path.exists() else None
+
+
+def set_class_language(course_dir: pathlib.Path, language: str) -> None:
+    """Record the class's language; a class keeps the language it was made in."""
+    from transformer_lab import i18n
+
+    if language not in i18n.LANGUAGES:
+        raise ValueError(f"language: expected one of {i18n.LANGUAGES}, got {language!r}")
+    known = class_language(course_dir)
+    released = any((course_dir / "source").glob("[0-9][0-9]_*")) if (course_dir / "source").exists() else False
+    if known is None and released and language != "en":
+        known = "en"  # a course directory made before classes had a language: it was English
+    if known is not None and known != language:
+        raise ValueError(
+            f"language: the class in {course_dir} is in {known!r}, not {language!r}; a class keeps one language "
+            f"(its chapters and grades are in it): make the other class in its own --course-dir"
+        )
+    course_dir.mkdir(parents=True, exist_ok=True)
+    (course_dir / CLASS_FILE).write_text(json.dumps({"language": language}) + "\n", encoding="utf-8")
 
 
 def select_chapters(chapters: Sequence[str] | None, available: Sequence[pathlib.Path]) -> list[pathlib.Path]:
@@ -334,19 +406,25 @@ def make_student_folder(
     notebooks: Sequence[pathlib.Path] | None = None,
     force: bool = False,
     with_solutions: bool = False,
+    language: str | None = None,
 ) -> pathlib.Path:
-    """Generate each chapter's assignment in `course_dir` and make the folder to hand out; return `out`."""
-    notebooks = list(chapter_notebooks() if notebooks is None else notebooks)
+    """Generate each chapter's assignment in `course_dir` and make the folder to hand out; return `out`.
+
+    `language` ("en" or "zh") is the class's: None keeps the one the course directory has (English for a new one).
+    """
+    course_dir = course_dir.resolve()
+    language = language or class_language(course_dir) or "en"
+    notebooks = list(chapter_notebooks(language=language) if notebooks is None else notebooks)
     if not notebooks:
         raise ValueError("chapters: no chapter notebook to hand out (expected notebooks/solutions/NN_*.ipynb)")
     if out.exists() and any(out.iterdir()) and not ((out / MARKER).exists() or force):
         raise FileExistsError(f"out: {out} exists and was not made by this tool; pass --force to replace it")
-    course_dir = course_dir.resolve()
+    set_class_language(course_dir, language)
     write_config(course_dir)
     for notebook in notebooks:
         print(generate_chapter(course_dir, notebook), flush=True)
     released = sorted((course_dir / "release").glob("*/[0-9][0-9]_*.ipynb"))
-    handed = [notebook for notebook in chapter_notebooks() if notebook.stem in {p.stem for p in released}]
+    handed = [n for n in chapter_notebooks(language=language) if n.stem in {p.stem for p in released}]
     handed += [n for n in notebooks if n not in handed]
     if out.exists():
         shutil.rmtree(out)
@@ -355,8 +433,12 @@ def make_student_folder(
         shutil.copy2(path, out / path.name)
     copy_package(out, handed, with_solutions)
     shutil.copy2(ROOT / "requirements.txt", out / "requirements.txt")
-    sentence = WITH_SOLUTIONS if with_solutions else WITHOUT_SOLUTIONS
-    (out / "README.md").write_text(STUDENT_README.format(solution_sentence=sentence))
+    if language == "zh":
+        sentence = WITH_SOLUTIONS_ZH if with_solutions else WITHOUT_SOLUTIONS_ZH
+        (out / "README.md").write_text(STUDENT_README_ZH.format(solution_sentence=sentence), encoding="utf-8")
+    else:
+        sentence = WITH_SOLUTIONS if with_solutions else WITHOUT_SOLUTIONS
+        (out / "README.md").write_text(STUDENT_README.format(solution_sentence=sentence), encoding="utf-8")
     (out / MARKER).write_text("made by tools/classroom.py student\n")
     return out
 
@@ -548,8 +630,11 @@ def grade_folder(
     jobs = jobs or max(1, min(len(os.sched_getaffinity(0)), 8))
     tasks = [(s, c, p) for s, found in students.items() for c, p in found.items()]
     records = []
+    from transformer_lab import i18n
+
     try:
-        with concurrent.futures.ThreadPoolExecutor(max_workers=jobs) as pool:
+        # the students' messages in the class's language (one process-wide setting: every grader thread shares it)
+        with i18n.language(class_language(course_dir) or "en"), concurrent.futures.ThreadPoolExecutor(jobs) as pool:
             futures = {pool.submit(grade_one, course_dir, s, c, p, secret, timeout): (s, c) for s, c, p in tasks}
             for future in concurrent.futures.as_completed(futures):
                 student, chapter = futures[future]
@@ -683,27 +768,40 @@ FEEDBACK_STYLE = (
 
 
 def feedback(course_dir: pathlib.Path, out: pathlib.Path) -> list[pathlib.Path]:
-    """One HTML page per student and chapter: points, and each case passed or not with the reason."""
+    """One HTML page per student and chapter, in the class's language: points, and each case passed or not
+    with the reason."""
+    from transformer_lab import i18n
+
     written = []
+    language = class_language(course_dir) or "en"
+    with i18n.language(language):
+        texts = {
+            "title": i18n.message("feedback.title"),
+            "intro": i18n.message("feedback.intro"),
+            "note": i18n.message("feedback.note"),
+            "not_graded": i18n.message("feedback.not_graded"),
+        }
+        points = i18n.message("feedback.points", got="{got}", most="{most}")  # filled in per page below
     for record in load_records(course_dir):
-        body = [f"<h1>{html.escape(record['chapter'])}: your feedback</h1>"]
+        body = [f"<h1>{html.escape(record['chapter'])}{texts['title']}</h1>"]
         total = sum(e["points"] for e in record["exercises"])
         most = sum(e["max_points"] for e in record["exercises"])
-        body.append(
-            f"<p><b>{total:g} of {most:g} points.</b> Each exercise was run on inputs of the same kind as "
-            "its check cell shows; each case passed earns its share of the points.</p>"
-        )
+        body.append(f"<p><b>{points.format(got=f'{total:g}', most=f'{most:g}')}</b> {texts['intro']}</p>")
         for problem in record["problems"]:
-            body.append(f"<p class='no'>Note: {html.escape(_public(problem))}</p>")
+            body.append(f"<p class='no'>{texts['note']}{html.escape(_public(problem))}</p>")
         for e in record["exercises"]:
-            body.append(f"<h2>{html.escape(e['exercise'])}: {e['points']:g} of {e['max_points']:g}</h2><table>")
+            score = points.format(got=f"{e['points']:g}", most=f"{e['max_points']:g}")
+            body.append(f"<h2>{html.escape(e['exercise'])}: {score}</h2><table>")
             for ok, text in e["cases"]:
                 mark = "<span class='ok'>✓</span>" if ok else "<span class='no'>✗</span>"
                 body.append(f"<tr><td>{mark}</td><td>{html.escape(_public(text))}</td></tr>")
             if not e["cases"]:
-                body.append("<tr><td></td><td>not graded: see the note above</td></tr>")
+                body.append(f"<tr><td></td><td>{texts['not_graded']}</td></tr>")
             body.append("</table>")
-        page = f"<!doctype html><meta charset='utf-8'><title>{html.escape(record['chapter'])}</title>"
+        lang = "zh-CN" if language == "zh" else "en"
+        page = (
+            f"<!doctype html><html lang='{lang}'><meta charset='utf-8'><title>{html.escape(record['chapter'])}</title>"
+        )
         page += f"<style>{FEEDBACK_STYLE}</style>" + "\n".join(body)
         # nbgrader's layout, so that `nbgrader release_feedback` can hand the pages back through the exchange
         path = out / record["student"] / record["chapter"] / f"{record['chapter']}.html"
@@ -735,6 +833,12 @@ def main(argv: list[str] | None = None) -> int:
     student.add_argument("--out", type=pathlib.Path, default=ROOT / "student", help="folder to hand out")
     student.add_argument("--force", action="store_true", help="replace --out even if this tool did not make it")
     student.add_argument("--with-solutions", action="store_true", help="keep solution() and the references")
+    student.add_argument(
+        "--language",
+        choices=("en", "zh"),
+        default=None,
+        help="the class's language: en (default for a new class) or zh, the Chinese edition; kept by the course dir",
+    )
     grade = commands.add_parser("grade", help="grade a folder of submissions")
     grade.add_argument("submissions", type=pathlib.Path, help="one sub-folder per student id with the notebooks")
     grade.add_argument("--chapters", nargs="*", help="grade only these chapters")
@@ -747,8 +851,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     course_dir = args.course_dir.resolve()
     if args.command == "student":
-        chosen = select_chapters(args.chapters, chapter_notebooks())
-        out = make_student_folder(args.out, course_dir, chosen, force=args.force, with_solutions=args.with_solutions)
+        language = args.language or class_language(course_dir) or "en"
+        chosen = select_chapters(args.chapters, chapter_notebooks(language=language))
+        out = make_student_folder(
+            args.out, course_dir, chosen, force=args.force, with_solutions=args.with_solutions, language=language
+        )
         names = sorted(p.name for p in out.glob("*.ipynb"))
         print(f"student version of {len(names)} chapters in {out} (course directory: {course_dir})")
     elif args.command == "grade":

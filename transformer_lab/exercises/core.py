@@ -460,10 +460,11 @@ class Exercise:
                     result.lines.clear()
                     break  # the same message for every case would be noise
                 if result.shortcut:
-                    result.lines = [(False, f"{_t(case.name)}: {problem}")]
+                    result.lines = [(False, _m("check.case_problem", case=_t(case.name), problem=problem))]
                     break  # no credit for any case: one line says why
                 shown = _t(case.name)
-                result.lines.append((problem is None, shown if problem is None else f"{shown}: {problem}"))
+                text = shown if problem is None else _m("check.case_problem", case=shown, problem=problem)
+                result.lines.append((problem is None, text))
         if result.passed and self.why:
             result.right_why = self.why
         return result

@@ -47,7 +47,10 @@ import torch
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
+from transformer_lab import i18n
 from transformer_lab.exercises.core import Exercise, _code_objects, _needs_grad, compare
+from transformer_lab.i18n import message as _m
+from transformer_lab.i18n import text as _t
 
 __all__ = [
     "ShortcutBlocked",
@@ -179,7 +182,7 @@ def _time_limit(seconds: float) -> Iterator[None]:
 
 def _blocker(shown: str) -> Callable[..., Any]:
     def blocked(*args: Any, **kwargs: Any) -> Any:
-        raise ShortcutBlocked(f"{shown} is not available while grading: build it from the pieces")
+        raise ShortcutBlocked(_m("grading.blocked", shown=shown))
 
     return blocked
 
@@ -192,7 +195,7 @@ class _Block(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
         name = getattr(func, "__name__", "").split(".", 1)[0]  # `_softmax.default` is `_softmax`
         if name in self.names:
-            raise ShortcutBlocked(f"{self.names[name]} is not available while grading: build it from the pieces")
+            raise ShortcutBlocked(_m("grading.blocked", shown=self.names[name]))
         return func(*args, **(kwargs or {}))
 
 
@@ -202,7 +205,7 @@ def _block_finished(exercise: Exercise) -> _Block:
     targets: list[Any] = [exercise.reference]
     for item in exercise.forbidden:
         if isinstance(item, str):
-            shown = f"torch's `{item}`"
+            shown = _m("shown.torch", name=item)
             for variant in (item, f"special_{item}", f"native_{item}"):
                 blocked_names[variant] = shown
             for module in (torch, torch.nn.functional, torch.Tensor, torch.special, torch.linalg, torch._C._nn):
@@ -215,8 +218,8 @@ def _block_finished(exercise: Exercise) -> _Block:
     for target in targets:
         for code, shown in _code_objects(target).items():
             if target is exercise.reference:
-                shown = f"the exercise's own reference (exercises.{exercise.name}.reference)"
-            message = f"{shown} is not available while grading: build it from the pieces"
+                shown = _m("shown.reference", name=exercise.name)
+            message = _m("grading.blocked", shown=shown)
             for function in _functions_with(code, target):
                 replacement = _raising_code(function, message)
                 if replacement is not None:
@@ -271,6 +274,7 @@ def child_main(request: dict[str, Any], result_path: str) -> None:
     """Run inside the child: set up, run the answer cells, call the answer on the hidden cases, save plain results."""
     torch.set_num_threads(1)
     os.environ["TRANSFORMER_LAB_QUICK"] = "1"
+    i18n.set_language(request.get("language", "en"))  # the class's language, for the messages made here
     module = __import__(request["module"], fromlist=["_"])
     exercise: Exercise = getattr(module, request["exercise"])
     inputs = [hidden_inputs(exercise, i, request["secret"]) for i in range(len(exercise.cases))]
@@ -477,6 +481,7 @@ def grade_exercise(
         "cells": cells,
         "secret": secret,
         "cell_timeout": float(cell_timeout),
+        "language": i18n.get_language(),
     }
     budget = cell_timeout * (len(cells) + len(exercise.cases)) + 30.0
     owned = server is None
@@ -487,50 +492,62 @@ def grade_exercise(
         if owned:
             server.close()
     if status == "killed":
-        grade.problems.append(f"grading stopped after {budget:g} s: the answer did not finish")
-        grade.cases = [(False, f"{case.name}: did not finish") for case in exercise.cases]
+        grade.problems.append(_m("grading.stopped", seconds=f"{budget:g}"))
+        grade.cases = [
+            (False, _m("check.case_problem", case=_t(case.name), problem=_m("grading.did_not_finish")))
+            for case in exercise.cases
+        ]
         return grade
     if result is None:
-        grade.problems.append(f"the grading process returned no usable result ({status})")
-        grade.cases = [(False, f"{case.name}: no result") for case in exercise.cases]
+        grade.problems.append(_m("grading.no_result_process", status=status))
+        grade.cases = [
+            (False, _m("check.case_problem", case=_t(case.name), problem=_m("grading.no_result")))
+            for case in exercise.cases
+        ]
         return grade
     if "crash" in result:
-        grade.problems.append("the grading process failed:\n" + str(result["crash"]))
-        grade.cases = [(False, f"{case.name}: no result") for case in exercise.cases]
+        grade.problems.append(_m("grading.crashed") + "\n" + str(result["crash"]))
+        grade.cases = [
+            (False, _m("check.case_problem", case=_t(case.name), problem=_m("grading.no_result")))
+            for case in exercise.cases
+        ]
         return grade
     for cell in result["cells"]:
         if cell["error"] and cell["kind"].startswith("answer"):
-            grade.problems.append(f"{cell['kind']} raised {cell['error']}")
+            grade.problems.append(_m("grading.cell_raised", cell=cell["kind"], error=cell["error"]))
     grade.tampered = list(result["tampered"])
     for index, (case, entry) in enumerate(zip(exercise.cases, result["cases"], strict=True)):
+        name = _t(case.name)
         if entry["shortcut"]:
             grade.shortcut = entry["shortcut"]
-            grade.cases.append((False, f"{case.name}: {entry['shortcut']}"))
+            grade.cases.append((False, _m("check.case_problem", case=name, problem=entry["shortcut"])))
             continue
         if entry["not_done"]:
-            grade.cases.append((False, f"{case.name}: not done yet"))
+            grade.cases.append((False, _m("check.case_problem", case=name, problem=_m("grading.not_done"))))
             continue
         if case.raises is not None:
             ok = case.raises.__name__ in entry.get("error_types", [])
-            problem = None if ok else (entry["error"] or f"should raise {case.raises.__name__}, but returned normally")
-            grade.cases.append((ok, case.name if ok else f"{case.name}: {problem}"))
+            problem = None if ok else (entry["error"] or _m("run.should_raise", error=case.raises.__name__))
+            grade.cases.append((ok, name if ok else _m("check.case_problem", case=name, problem=problem)))
             continue
         if entry["error"]:
-            grade.cases.append((False, f"{case.name}: {entry['error']}"))
+            grade.cases.append((False, _m("check.case_problem", case=name, problem=entry["error"])))
             continue
         inputs = hidden_inputs(exercise, index, secret)
         with contextlib.nullcontext() if _needs_grad(inputs) else torch.no_grad():
             expected = plain(exercise._run(exercise.reference, *inputs))
         value = entry["value"]
         if isinstance(value, dict) and "__unsupported__" in value:
-            problem = f"returned {value['__unsupported__']}, which cannot be compared"
+            problem = _m("grading.unsupported", what=value["__unsupported__"])
         else:
             problem = compare(value, expected, case.atol, case.rtol)
             if problem is not None and exercise.kind == "predict":
                 problem = exercise._explain_wrong(value)
-        grade.cases.append((problem is None, case.name if problem is None else f"{case.name}: {problem}"))
+        grade.cases.append(
+            (problem is None, name if problem is None else _m("check.case_problem", case=name, problem=problem))
+        )
     if grade.shortcut:
-        grade.problems.append(f"{exercise.name}: called a finished version ({grade.shortcut.split(' is not')[0]})")
+        grade.problems.append(_m("grading.called_finished", exercise=exercise.name, shortcut=grade.shortcut))
     total = len(exercise.cases)
     grade.points = round(max_points * grade.passed / total, 4) if total and not grade.shortcut else 0.0
     return grade
