@@ -153,7 +153,7 @@ def test_chinese_differs_from_english_only_where_allowed(name, english_path, chi
 # ------------------------------------------------------------------ faithful structure
 
 
-CODE_SPAN = re.compile(r"`[^`\n]+`")
+CODE_SPAN = re.compile(r"`[^`]+`")  # a span may wrap onto the next line
 MATH = re.compile(r"\$\$.+?\$\$|\$[^$\n]+\$", re.S)
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 FENCE = re.compile(r"```.*?```", re.S)
@@ -164,6 +164,11 @@ def _translated_cells():
         for entry in _entries(chapter):
             if entry.get("zh", "").strip():
                 yield chapter.stem, entry
+
+
+def _flat(text: str) -> str:
+    """Text with its line breaks, blockquote markers included, as single spaces (a span may wrap)."""
+    return re.sub(r"\s+", " ", re.sub(r"\n>[ ]?", "\n", text))
 
 
 def _shifted(target: str) -> str:
@@ -178,9 +183,9 @@ def test_translations_keep_code_math_and_links(chapter):
         en, zh = entry["en"], entry.get("zh", "")
         if not zh.strip():
             continue
-        zh_flat = re.sub(r"\s+", " ", zh)
+        zh_flat = _flat(zh)
         for span in set(CODE_SPAN.findall(FENCE.sub("", en))) | set(MATH.findall(en)):
-            if re.sub(r"\s+", " ", span) not in zh_flat:
+            if _flat(span) not in zh_flat:
                 problems.append(f"cell {entry['cell']}: {span[:70]!r} is not in the translation")
         for target in set(LINK.findall(en)):
             if target not in zh and _shifted(target) not in zh and not target.endswith("README.md"):
@@ -252,6 +257,7 @@ def test_glossary_is_complete_and_starts_from_the_plans_terms():
 def _prose(english: str) -> str:
     """English prose without code, math, link targets and HTML."""
     text = FENCE.sub(" ", english)
+    text = re.sub(r"(?m)^(?: {4}|\t).*$", " ", text)  # indented code blocks
     text = MATH.sub(" ", text)
     text = CODE_SPAN.sub(" ", text)
     text = re.sub(r"\]\([^)]*\)", "]", text)
