@@ -345,7 +345,10 @@ predict_swiglu_width = Exercise(
         2048: "at the same width the three matrices hold 1.5 times the two matrices' parameters. Narrower, then.",
         1024: "half the width would make 3 matrices hold 3/4 of the ReLU FFN's parameters. Count again.",
         3072: "the SwiGLU has MORE matrices, so at the same size it must be narrower, not wider.",
-        683: "683 is 2048 / 3: the three matrices would then hold only half of the ReLU FFN's parameters. Set them equal to all of it.",
+        683: (
+            "683 is 2048 / 3: the three matrices would then hold only half of the ReLU FFN's parameters. "
+            "Set them equal to all of it."
+        ),
     },
 )
 
