@@ -240,13 +240,13 @@ CHANGED = """([cell, before]) => {
 # Every queued update drawn: the kernel idle and what the widget shows unchanged for 1.5 s.
 SETTLED = """(cell) => {
     const idle = [...document.querySelectorAll('.jp-StatusBar-TextItem')]
-        .some(item => /Python 3.*\\|\\s*Idle/.test(item.textContent));
+        .some(item => /Python 3.*\\|\\s*(?:Idle|空闲)/.test(item.textContent));
     const now = (WIDGET_STATE)(cell) + idle, memo = window.__settled || (window.__settled = {state: null, since: 0});
     if (memo.state !== now) { memo.state = now; memo.since = Date.now(); return false; }
     return idle && Date.now() - memo.since > 1500;
 }""".replace("(WIDGET_STATE)", f"({WIDGET_STATE})")
 KERNEL_IDLE = """() => [...document.querySelectorAll('.jp-StatusBar-TextItem')]
-    .some(item => /Python 3.*\\|\\s*Idle/.test(item.textContent))"""
+    .some(item => /Python 3.*\\|\\s*(?:Idle|空闲)/.test(item.textContent))"""
 
 
 def api(base: str, token: str, path: str, method: str = "GET") -> object:
