@@ -118,3 +118,29 @@ def test_case_names_hints_and_why_come_from_the_chapter_catalogue():
             words = re.sub(r"`[^`]*`", "", case.name)
             if CJK.search(case.name) is None and re.search(r"[A-Za-z]{3,}", words):  # "B=2, T=3" needs no words
                 assert f"✓ {case.name}\n" not in report, f"{exercise.name}: case {case.name!r} shown in English"
+
+
+def test_run_sh_lab_zh_opens_the_chinese_working_copy_with_a_chinese_interface():
+    """`bash run.sh lab zh` (here with --version, which jupyter lab answers and exits) makes my_notebooks/zh/ from
+    notebooks/zh/ and the JupyterLab settings that choose the Chinese interface; an unknown language is refused."""
+    import os
+
+    env = dict(os.environ, VENV=sys.prefix)
+    run = subprocess.run(
+        ["bash", "run.sh", "lab", "zh", "--version"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert re.search(r"^\d+\.\d+\.\d+$", run.stdout.strip().splitlines()[-1]), run.stdout
+    chapters = sorted(p.name for p in (ROOT / "my_notebooks" / "zh").glob("[0-9][0-9]_*.ipynb"))
+    assert chapters == sorted(p.name for p in (ROOT / "notebooks" / "zh").glob("[0-9][0-9]_*.ipynb"))
+    settings = ROOT / ".jupyter-zh" / "user-settings" / "@jupyterlab" / "translation-extension"
+    assert '"locale": "zh_CN"' in (settings / "plugin.jupyterlab-settings").read_text()
+    bad = subprocess.run(
+        ["bash", "run.sh", "lab"],
+        cwd=ROOT,
+        env=dict(env, TRANSFORMER_LAB_LANGUAGE="fr"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode == 2 and "must be en or zh, got 'fr'" in bad.stderr
