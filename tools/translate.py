@@ -340,12 +340,15 @@ def generate(root: pathlib.Path = ROOT) -> dict[pathlib.Path, str]:
     return out
 
 
+def translation_problems() -> list[str]:
+    """What is missing or stale in every translation file and exercise catalogue."""
+    found = [p for chapter in editions.source_notebooks(ROOT) for p in problems(chapter)]
+    return found + [p for name in exercise_module_names() for p in catalogue_problems(name)]
+
+
 def all_problems() -> list[str]:
-    found = []
-    for chapter in editions.source_notebooks(ROOT):
-        found += problems(chapter)
-    for name in exercise_module_names():
-        found += catalogue_problems(name)
+    """translation_problems(), or else the Chinese notebooks that are not a fresh generation."""
+    found = translation_problems()
     if found:
         return found
     fresh = generate()
@@ -382,8 +385,7 @@ def main(argv: list[str] | None = None) -> int:
             update_translation(chapter)
         for name in exercise_module_names():
             update_catalogue(name)
-        remaining = [p for c in editions.source_notebooks(ROOT) for p in problems(c)]
-        remaining += [p for n in exercise_module_names() for p in catalogue_problems(n)]
+        remaining = translation_problems()
         print(f"{len(remaining)} entries to translate" if remaining else "every text has its translation")
         return 0
     if args.check:
@@ -395,8 +397,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         print("the Chinese edition is up to date")
         return 0
-    found = [p for c in editions.source_notebooks(ROOT) for p in problems(c)]
-    found += [p for n in exercise_module_names() for p in catalogue_problems(n)]
+    found = translation_problems()
     if found:
         for problem in found:
             print(problem)
