@@ -161,3 +161,62 @@ def test_gpt_commands_in_the_help() -> None:
         )
         assert result.returncode == 0, result.stderr
         assert "gpt-train" in result.stdout or "--top-p" in result.stdout or "--corpus" in result.stdout
+
+
+def test_gpt_train_goes_on_from_a_checkpoint(
+    tmp_path: Path, text_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--init continues from a checkpoint's weights: the same as training that model further with train_gpt;
+    a checkpoint of another text or block size is refused before training."""
+    first = tmp_path / "first.pt"
+    cli.main(["gpt-train", "--text", str(text_file), *TINY, *SHORT, "--seed", "1", "--out", str(first)])
+    more = tmp_path / "more.pt"
+    assert (
+        cli.main(["gpt-train", "--text", str(text_file), "--init", str(first), *TINY, *SHORT, "--out", str(more)]) == 0
+    )
+    model, tokenizer = training.load_gpt(first)
+    from transformer_lab.data import split_text
+
+    train_data, val_data = split_text(tokenizer.encode(text_file.read_text("utf-8")))
+    torch.manual_seed(0)
+    model.train()
+    training.train_gpt(
+        model,
+        train_data,
+        val_data,
+        steps=6,
+        batch_size=4,
+        block=16,
+        lr=1e-3,
+        min_lr=1e-4,
+        warmup=2,
+        eval_every=3,
+        seed=0,
+        progress=False,
+    )
+    continued, _ = training.load_gpt(more)
+    for (name, a), b in zip(model.state_dict().items(), continued.state_dict().values(), strict=True):
+        torch.testing.assert_close(a, b, msg=name)
+    assert torch.load(more, weights_only=True)["options"]["init"] == str(first)
+    other = tmp_path / "other.txt"
+    other.write_text("xyz " * 200, "utf-8")
+    with pytest.raises(SystemExit, match="its characters are not those of this text"):
+        cli.main(["gpt-train", "--text", str(other), "--init", str(first), *TINY, *SHORT, "--out", str(more)])
+    with pytest.raises(SystemExit, match="pass --block-size 16"):
+        cli.main(
+            [
+                "gpt-train",
+                "--text",
+                str(text_file),
+                "--init",
+                str(first),
+                *TINY[:-4],
+                "--block-size",
+                "8",
+                "--batch-size",
+                "4",
+                *SHORT,
+                "--out",
+                str(more),
+            ]
+        )

@@ -282,6 +282,13 @@ def _add_gpt_commands(commands: Any) -> None:
     g.add_argument("--eval-every", type=int, default=d["eval_every"], help="steps between validation losses")
     g.add_argument("--train-fraction", type=float, default=0.9, help="the first share of the text for training")
     g.add_argument("--half", action="store_true", help="store the weights in float16 (half the file size)")
+    g.add_argument(
+        "--init",
+        default=None,
+        metavar="CHECKPOINT",
+        help="go on training from the weights of a checkpoint gpt-train wrote on the same text (its model sizes "
+        "are used; a fresh optimiser and schedule)",
+    )
     g.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, mps ... (default cpu)")
     g.add_argument("--threads", type=int, default=1, help="CPU threads for PyTorch (default 1)")
     g.add_argument("--no-progress", action="store_true", help="hide the progress bar")
@@ -378,7 +385,11 @@ def _gpt_train(args: argparse.Namespace) -> int:
         dropout=args.dropout,
     )
     torch.manual_seed(args.seed)
-    model = GPT(config).to(args.device)
+    if args.init is not None:
+        model = _initial_model(args, tokenizer)
+    else:
+        model = GPT(config)
+    model = model.to(args.device)
     history = train_gpt(
         model,
         train_data,
@@ -407,6 +418,23 @@ def _gpt_train(args: argparse.Namespace) -> int:
     print(f"validation loss (whole split, windows of {args.block_size}): {history.val_loss[-1]:.4f}")
     print(f"checkpoint written to {args.out}")
     return 0
+
+
+def _initial_model(args: argparse.Namespace, tokenizer: TextTokenizer) -> GPT:
+    """The model of the checkpoint --init names, checked against the text and the options (a float32 GPT)."""
+    from transformer_lab.training import load_gpt
+
+    try:
+        model, known = load_gpt(args.init)
+    except (OSError, ValueError, KeyError, RuntimeError) as error:
+        _fail(f"--init {args.init}: not a checkpoint written by gpt-train ({error})")
+    if known.chars != tokenizer.chars:
+        _fail(f"--init {args.init}: its characters are not those of this text; continue on the text it was trained on")
+    if model.config.block_size != args.block_size:
+        size = model.config.block_size
+        _fail(f"--init {args.init}: its block size is {size}; pass --block-size {size}")
+    model.train()
+    return model
 
 
 def _gpt_sample(args: argparse.Namespace) -> int:
