@@ -155,65 +155,30 @@ def _conv1d_with_library(x, weight, bias, n_heads):  # noqa: ANN001, ANN202
     return tuple(attention.split_heads(layer(x)) for layer in (attention.w_q, attention.w_k, attention.w_v))
 
 
+def _conv1d_case(name: str, b: int, t: int, d: int, h: int, seed: int) -> Case:
+    """x (b, t, d), a Conv1D weight (d, 3d) and bias (3d), in float64 from three consecutive seeds; h heads."""
+    return Case(
+        name,
+        lambda: (
+            _randn(b, t, d, seed=seed).double(),
+            _randn(d, 3 * d, seed=seed + 1).double(),
+            _randn(3 * d, seed=seed + 2).double(),
+            h,
+        ),
+        atol=1e-10,
+        rtol=1e-10,
+    )
+
+
 conv1d_qkv_heads = Exercise(
     "conv1d_qkv_heads",
     reference=_conv1d_heads_reference,
     cases=[
-        Case(
-            "B=1, T=2, D=4, H=2",
-            lambda: (
-                _randn(1, 2, 4, seed=100).double(),
-                _randn(4, 12, seed=101).double(),
-                _randn(12, seed=102).double(),
-                2,
-            ),
-            atol=1e-10,
-            rtol=1e-10,
-        ),
-        Case(
-            "B=2, T=3, D=6, H=3",
-            lambda: (
-                _randn(2, 3, 6, seed=103).double(),
-                _randn(6, 18, seed=104).double(),
-                _randn(18, seed=105).double(),
-                3,
-            ),
-            atol=1e-10,
-            rtol=1e-10,
-        ),
-        Case(
-            "one head",
-            lambda: (
-                _randn(2, 4, 4, seed=106).double(),
-                _randn(4, 12, seed=107).double(),
-                _randn(12, seed=108).double(),
-                1,
-            ),
-            atol=1e-10,
-            rtol=1e-10,
-        ),
-        Case(
-            "B=2, T=5, D=8, H=4",
-            lambda: (
-                _randn(2, 5, 8, seed=109).double(),
-                _randn(8, 24, seed=110).double(),
-                _randn(24, seed=111).double(),
-                4,
-            ),
-            atol=1e-10,
-            rtol=1e-10,
-        ),
-        Case(
-            "a single position, T=1",
-            lambda: (
-                _randn(3, 1, 8, seed=112).double(),
-                _randn(8, 24, seed=113).double(),
-                _randn(24, seed=114).double(),
-                2,
-            ),
-            atol=1e-10,
-            rtol=1e-10,
-        ),
+        _conv1d_case("B=1, T=2, D=4, H=2", 1, 2, 4, 2, seed=100),
+        _conv1d_case("B=2, T=3, D=6, H=3", 2, 3, 6, 3, seed=103),
+        _conv1d_case("one head", 2, 4, 4, 1, seed=106),
+        _conv1d_case("B=2, T=5, D=8, H=4", 2, 5, 8, 4, seed=109),
+        _conv1d_case("a single position, T=1", 3, 1, 8, 2, seed=112),
     ],
     hints=[
         "GPT-2's checkpoints store c_attn as a Conv1D: its weight is (in, out) = (D, 3D) and it computes "
