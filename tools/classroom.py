@@ -774,30 +774,9 @@ def feedback(course_dir: pathlib.Path, out: pathlib.Path) -> list[pathlib.Path]:
 
     written = []
     language = class_language(course_dir) or "en"
-    with i18n.language(language):
-        texts = {
-            "title": i18n.message("feedback.title"),
-            "intro": i18n.message("feedback.intro"),
-            "note": i18n.message("feedback.note"),
-            "not_graded": i18n.message("feedback.not_graded"),
-        }
-        points = i18n.message("feedback.points", got="{got}", most="{most}")  # filled in per page below
     for record in load_records(course_dir):
-        body = [f"<h1>{html.escape(record['chapter'])}{texts['title']}</h1>"]
-        total = sum(e["points"] for e in record["exercises"])
-        most = sum(e["max_points"] for e in record["exercises"])
-        body.append(f"<p><b>{points.format(got=f'{total:g}', most=f'{most:g}')}</b> {texts['intro']}</p>")
-        for problem in record["problems"]:
-            body.append(f"<p class='no'>{texts['note']}{html.escape(_public(problem))}</p>")
-        for e in record["exercises"]:
-            score = points.format(got=f"{e['points']:g}", most=f"{e['max_points']:g}")
-            body.append(f"<h2>{html.escape(e['exercise'])}: {score}</h2><table>")
-            for ok, text in e["cases"]:
-                mark = "<span class='ok'>✓</span>" if ok else "<span class='no'>✗</span>"
-                body.append(f"<tr><td>{mark}</td><td>{html.escape(_public(text))}</td></tr>")
-            if not e["cases"]:
-                body.append(f"<tr><td></td><td>{texts['not_graded']}</td></tr>")
-            body.append("</table>")
+        with i18n.language(language):
+            body = _feedback_body(record)
         lang = "zh-CN" if language == "zh" else "en"
         page = (
             f"<!doctype html><html lang='{lang}'><meta charset='utf-8'><title>{html.escape(record['chapter'])}</title>"
@@ -814,6 +793,30 @@ def feedback(course_dir: pathlib.Path, out: pathlib.Path) -> list[pathlib.Path]:
                 shutil.copy2(submitted / name, path.parent / name)
         written.append(path)
     return written
+
+
+def _feedback_body(record: dict[str, Any]) -> list[str]:
+    """The HTML of one student's chapter, in the language in use."""
+    from transformer_lab.i18n import message
+
+    def points(got: float, most: float) -> str:
+        return message("feedback.points", got=f"{got:g}", most=f"{most:g}")
+
+    body = [f"<h1>{html.escape(record['chapter'])}{message('feedback.title')}</h1>"]
+    total = sum(e["points"] for e in record["exercises"])
+    most = sum(e["max_points"] for e in record["exercises"])
+    body.append(f"<p><b>{points(total, most)}</b> {message('feedback.intro')}</p>")
+    for problem in record["problems"]:
+        body.append(f"<p class='no'>{message('feedback.note')}{html.escape(_public(problem))}</p>")
+    for e in record["exercises"]:
+        body.append(f"<h2>{html.escape(e['exercise'])}: {points(e['points'], e['max_points'])}</h2><table>")
+        for ok, text in e["cases"]:
+            mark = "<span class='ok'>✓</span>" if ok else "<span class='no'>✗</span>"
+            body.append(f"<tr><td>{mark}</td><td>{html.escape(_public(text))}</td></tr>")
+        if not e["cases"]:
+            body.append(f"<tr><td></td><td>{message('feedback.not_graded')}</td></tr>")
+        body.append("</table>")
+    return body
 
 
 def _public(text: str) -> str:
