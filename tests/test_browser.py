@@ -270,9 +270,10 @@ def open_notebook(page, base: str, token: str, name: str) -> None:
     page.wait_for_function(KERNEL_IDLE, timeout=180_000, polling=500)
 
 
-def run_all(page) -> None:
-    page.locator(".lm-MenuBar-itemLabel", has_text="Run").first.click()
-    page.locator(".lm-Menu-itemLabel", has_text="Run All Cells").first.click()
+def run_all(page, menu: str = "Run", item: str = "Run All Cells") -> None:
+    """Run All from JupyterLab's menu (`menu` and `item` as the interface's language labels them)."""
+    page.locator(".lm-MenuBar-itemLabel", has_text=menu).first.click()
+    page.locator(".lm-Menu-itemLabel", has_text=item).first.click()
     page.wait_for_function(CELLS_DONE, timeout=RUN_ALL_TIMEOUT_S * 1000, polling=500)
 
 

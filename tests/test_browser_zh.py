@@ -17,11 +17,10 @@ import pytest
 from support import require
 from test_browser import (
     ARTIFACTS,
-    CELLS_DONE,
     CHROMIUM,
     CHROMIUM_ARGS,
-    RUN_ALL_TIMEOUT_S,
     open_notebook,
+    run_all,
     running_lab,
     shutdown_kernels,
     strip,
@@ -57,9 +56,7 @@ def test_a_chinese_chapter_in_a_chinese_jupyterlab(lab_zh):
             open_notebook(page, base, token, CHAPTER.name)
             menus = page.locator(".lm-MenuBar-itemLabel").all_inner_texts()
             assert "运行" in menus and "设置" in menus, f"the menus are not Chinese: {menus}"
-            page.locator(".lm-MenuBar-itemLabel", has_text="运行").first.click()
-            page.locator(".lm-Menu-itemLabel", has_text="运行所有单元格").first.click()
-            page.wait_for_function(CELLS_DONE, timeout=RUN_ALL_TIMEOUT_S * 1000, polling=500)
+            run_all(page, menu="运行", item="运行所有单元格")
             ran = time.monotonic()
             panel = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
             stderr = panel.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')

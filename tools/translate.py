@@ -166,15 +166,17 @@ def update_translation(chapter: pathlib.Path) -> bool:
     old = load_translation(chapter)
     by_en = {entry["en"]: entry for entry in old["cells"]}
     by_cell = {entry.get("cell"): entry for entry in old["cells"]}
+    current = markdown_cells(notebook)
+    in_chapter = {english for _, english in current}
     cells = []
-    for index, english in markdown_cells(notebook):
+    for index, english in current:
         entry = by_en.get(english)
         if entry is not None:
             cells.append({**entry, "cell": index})
             continue
         new: dict[str, Any] = {"cell": index, "en": english, "zh": ""}
         previous = by_cell.get(index)
-        if previous is not None and previous["en"] not in {e for _, e in markdown_cells(notebook)}:
+        if previous is not None and previous["en"] not in in_chapter:
             new["old_en"] = previous.get("old_en", previous["en"])
             new["old_zh"] = previous.get("old_zh", previous.get("zh", ""))
         cells.append(new)
