@@ -277,3 +277,66 @@ def test_consecutive_windows_cover_the_stream_once() -> None:
         data.random_windows(stream, 7.0, 2)
     with pytest.raises(ValueError, match="batch_size"):
         data.random_windows(stream, 7, 0)
+
+
+def test_windows_can_begin_only_at_given_offsets() -> None:
+    """starts= draws every window at one of the offsets given (e.g. each newline): the poem model's batches."""
+    text = "ab\ncde\nfg\nhijk\nlm\n" * 4
+    ids = torch.tensor([ord(c) for c in text])
+    newline = ord("\n")
+    starts = data.token_starts(ids, newline, 5)
+    assert torch.equal(ids[starts], torch.full_like(starts, newline))  # each offset holds a newline
+    assert int(starts.max()) <= len(ids) - 5 - 1  # ... and a whole window and its targets fit after it
+    every = [i for i, c in enumerate(text) if c == "\n" and i <= len(text) - 6]
+    assert starts.tolist() == every  # ... and none is left out
+    x, y = data.random_windows(ids, 5, 300, torch.Generator().manual_seed(0), starts)
+    assert torch.all(x[:, 0] == newline) and torch.equal(x[:, 1:], y[:, :-1])
+    # the windows drawn begin at every given offset (300 draws of 15), with the same seed the same ones
+    assert {text[s + 1 : s + 5] for s in every} == {"".join(chr(int(c)) for c in row[1:]) for row in x}
+    again, _ = data.random_windows(ids, 5, 300, torch.Generator().manual_seed(0), starts)
+    assert torch.equal(x, again)
+
+
+@pytest.mark.parametrize(
+    ("starts", "error", "match"),
+    [
+        (torch.tensor([0.0, 3.0]), TypeError, "1-D integer tensor of offsets"),
+        (torch.tensor([[0, 3]]), TypeError, "1-D integer tensor of offsets"),
+        ([0, 3], TypeError, "1-D integer tensor of offsets"),
+        (torch.tensor([], dtype=torch.long), ValueError, "starts is empty"),
+        (torch.tensor([0, 25]), ValueError, r"starts must lie in \[0, 24\]"),
+        (torch.tensor([-1, 3]), ValueError, r"starts must lie in \[0, 24\]"),
+    ],
+)
+def test_bad_window_starts_are_refused(starts: object, error: type[Exception], match: str) -> None:
+    with pytest.raises(error, match=match):
+        data.random_windows(torch.arange(30), 5, 2, starts=starts)  # type: ignore[arg-type]
+
+
+def test_token_starts_mixes_windows_at_the_token_with_windows_anywhere() -> None:
+    """share in (0, 1): every offset once, then the token's offsets repeated to make up about that share."""
+    text = "ab\ncde\nfg\nhijk\nlm\n" * 40
+    ids = torch.tensor([ord(c) for c in text])
+    anywhere = torch.arange(len(ids) - 5)
+    at_newlines = data.token_starts(ids, ord("\n"), 5)
+    assert torch.equal(data.token_starts(ids, ord("\n"), 5, 0.0), anywhere)
+    for share in (0.25, 0.5, 0.8):
+        starts = data.token_starts(ids, ord("\n"), 5, share)
+        repeats = round(share / (1 - share) * len(anywhere) / len(at_newlines))
+        assert torch.equal(starts, torch.cat([anywhere, at_newlines.repeat(repeats)]))
+        x, _ = data.random_windows(ids, 5, 4000, torch.Generator().manual_seed(0), starts)
+        aligned = (x[:, 0] == ord("\n")).double().mean().item()
+        # each newline offset stands 1 + repeats times among the starts (about `share` of them, more the
+        # commoner the newline is in the text: here one character in four)
+        expected = (1 + repeats) * len(at_newlines) / len(starts)
+        assert abs(aligned - expected) < 0.03, (share, aligned, expected)
+    for share in (-0.1, 1.5, "half", True):
+        with pytest.raises(ValueError, match="share must be a number in"):
+            data.token_starts(ids, ord("\n"), 5, share)  # type: ignore[arg-type]
+
+
+def test_token_starts_refuses_a_token_that_never_begins_a_window() -> None:
+    with pytest.raises(ValueError, match="token 7 never stands where a window of 5 can begin"):
+        data.token_starts(torch.tensor([1, 2, 3, 4, 5, 6, 7, 8]), 7, 5)  # 7 stands too close to the end
+    with pytest.raises(TypeError, match="token must be a token id"):
+        data.token_starts(torch.arange(30), torch.tensor(3), 5)  # type: ignore[arg-type]

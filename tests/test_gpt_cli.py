@@ -220,3 +220,36 @@ def test_gpt_train_goes_on_from_a_checkpoint(
                 str(more),
             ]
         )
+
+
+@pytest.mark.parametrize("share", [1.0, 0.5])
+def test_gpt_train_can_begin_windows_at_newlines(
+    share: float, tmp_path: Path, text_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--newline-share S trains as train_gpt does with starts = token_starts(training split, newline, S)."""
+    out = tmp_path / "lines.pt"
+    args = ["gpt-train", "--text", str(text_file), *TINY, *SHORT, "--newline-share", str(share), "--out", str(out)]
+    assert cli.main(args) == 0
+    assert torch.load(out, weights_only=True)["options"]["newline_share"] == share
+    _, tokenizer = training.load_gpt(out)
+    from transformer_lab.data import split_text, token_starts
+    from transformer_lab.gpt import GPT, GPTConfig
+
+    train_data, val_data = split_text(tokenizer.encode(text_file.read_text("utf-8")))
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, block_size=16, d_model=16, n_heads=2, n_layers=1))
+    starts = token_starts(train_data, tokenizer.encode("\n").item(), 16, share)
+    settings = dict(steps=6, batch_size=4, block=16, lr=1e-3, min_lr=1e-4, warmup=2, eval_every=3, seed=0)
+    training.train_gpt(model, train_data, val_data, starts=starts, progress=False, **settings)
+    trained, _ = training.load_gpt(out)
+    for (name, a), b in zip(model.state_dict().items(), trained.state_dict().values(), strict=True):
+        torch.testing.assert_close(a, b, msg=name)
+    plain = tmp_path / "plain.pt"
+    cli.main(["gpt-train", "--text", str(text_file), *TINY, *SHORT, "--out", str(plain)])
+    assert not torch.equal(training.load_gpt(plain)[0].lm_head.weight, trained.lm_head.weight)  # other batches
+    one_line = tmp_path / "one_line.txt"
+    one_line.write_text("no newline in this text at all, " * 20, "utf-8")
+    with pytest.raises(SystemExit, match="--newline-share: .* has no newline"):
+        cli.main(["gpt-train", "--text", str(one_line), *TINY, *SHORT, "--newline-share", "0.5", "--out", str(out)])
+    with pytest.raises(SystemExit, match=r"--newline-share must be in \[0, 1\]"):
+        cli.main(["gpt-train", "--text", str(text_file), *TINY, *SHORT, "--newline-share", "1.5", "--out", str(out)])

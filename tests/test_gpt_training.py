@@ -101,12 +101,15 @@ def test_evaluate_text_refuses_bad_input() -> None:
 # ------------------------------------------------------------------ the trainer
 
 
-def test_train_gpt_is_adamw_with_the_schedule_and_clipping() -> None:
-    """Three steps of train_gpt equal a loop written with PyTorch's AdamW and clip_grad_norm_ directly."""
+@pytest.mark.parametrize("aligned", [False, True])
+def test_train_gpt_is_adamw_with_the_schedule_and_clipping(aligned: bool) -> None:
+    """Three steps of train_gpt equal a loop written with PyTorch's AdamW and clip_grad_norm_ directly, with
+    windows at any offset or (aligned) only where one token stands."""
     model, _, train_data, _ = _setup(dtype=torch.float64)
     reference, *_ = _setup(dtype=torch.float64)
+    starts = tl.data.token_starts(train_data, int(train_data[3]), 16) if aligned else None
     settings = dict(steps=3, batch_size=4, lr=3e-3, min_lr=1e-4, warmup=2, weight_decay=0.1, clip_norm=0.5)
-    history = training.train_gpt(model, train_data, None, block=16, seed=5, progress=False, **settings)
+    history = training.train_gpt(model, train_data, None, block=16, seed=5, starts=starts, progress=False, **settings)
 
     decay = [p for p in reference.parameters() if p.dim() >= 2]
     rest = [p for p in reference.parameters() if p.dim() < 2]
@@ -119,7 +122,9 @@ def test_train_gpt_is_adamw_with_the_schedule_and_clipping() -> None:
         lr = 3e-3 * (i + 1) / 2 if i < 2 else 1e-4 + (3e-3 - 1e-4) * 0.5 * (1 + math.cos(math.pi * 0 / 1))
         for group in optimizer.param_groups:
             group["lr"] = lr
-        x, y = tl.data.random_windows(train_data, 16, 4, generator)
+        x, y = tl.data.random_windows(train_data, 16, 4, generator, starts)
+        if aligned:
+            assert torch.all(x[:, 0] == train_data[3])
         loss = F.cross_entropy(reference(x).flatten(0, 1), y.flatten())
         optimizer.zero_grad()
         loss.backward()
@@ -171,6 +176,8 @@ def test_train_gpt_is_deterministic_for_a_seed() -> None:
         (dict(weight_decay=-0.1), ValueError, "weight_decay"),
         (dict(seed=-1), ValueError, "seed"),
         (dict(progress="yes"), TypeError, "progress"),
+        (dict(starts=[0, 5]), TypeError, "starts must be a 1-D integer tensor"),
+        (dict(starts=torch.tensor([0, 10**6])), ValueError, "starts must lie in"),
     ],
 )
 def test_train_gpt_refuses_bad_settings(kwargs: dict, error: type, match: str) -> None:

@@ -33,6 +33,7 @@ from transformer_lab.data import (
     load_corpus,
     make_task,
     split_text,
+    token_starts,
 )
 from transformer_lab.distributed import is_main_process
 from transformer_lab.gpt import GPT, GPTConfig
@@ -281,6 +282,15 @@ def _add_gpt_commands(commands: Any) -> None:
     g.add_argument("--clip-norm", type=float, default=d["clip_norm"], help="gradient norm clip; 0 for none")
     g.add_argument("--eval-every", type=int, default=d["eval_every"], help="steps between validation losses")
     g.add_argument("--train-fraction", type=float, default=0.9, help="the first share of the text for training")
+    g.add_argument(
+        "--newline-share",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="the share of training windows that begin at a newline, the rest at any offset (default 0: any "
+        "offset, as nanoGPT). For a text of one item per line, such as the tang corpus's poems, the model then "
+        "learns to write an item from its start, as gpt-sample does from its default prompt of a newline",
+    )
     g.add_argument("--half", action="store_true", help="store the weights in float16 (half the file size)")
     g.add_argument(
         "--init",
@@ -342,6 +352,10 @@ def _check_gpt_train_args(args: argparse.Namespace) -> None:
         _fail(f"--beta2 must be in [0, 1), got {args.beta2}")
     if not (args.clip_norm >= 0 and math.isfinite(args.clip_norm)):
         _fail(f"--clip-norm must be >= 0 (0: no clipping), got {args.clip_norm}")
+    if not 0.0 <= args.newline_share <= 1.0:
+        _fail(
+            f"--newline-share must be in [0, 1] (the share of windows beginning at a newline), got {args.newline_share}"
+        )
     if not 0.0 < args.train_fraction < 1.0:
         _fail(f"--train-fraction must be in (0, 1), got {args.train_fraction}")
     if args.seed < 0:
@@ -376,6 +390,17 @@ def _gpt_train(args: argparse.Namespace) -> int:
                 f"the {name} split of {source} has {len(data)} characters, fewer than --block-size + 1 = "
                 f"{args.block_size + 1}; use a longer text or a smaller --block-size"
             )
+    starts = None
+    if args.newline_share > 0:
+        if "\n" not in tokenizer.chars:
+            _fail(f"--newline-share: {source} has no newline; leave the option out")
+        try:
+            starts = token_starts(train_data, tokenizer.encode("\n").item(), args.block_size, args.newline_share)
+        except ValueError:
+            _fail(
+                f"--newline-share: no newline of the training split of {source} has --block-size + 1 = "
+                f"{args.block_size + 1} characters after it; leave the option out or use a smaller --block-size"
+            )
     config = GPTConfig(
         vocab_size=tokenizer.vocab_size,
         block_size=args.block_size,
@@ -406,6 +431,7 @@ def _gpt_train(args: argparse.Namespace) -> int:
         clip_norm=args.clip_norm or None,
         eval_every=args.eval_every,
         seed=args.seed,
+        starts=starts,
         progress=not args.no_progress,
     )
     if not is_main_process():  # under torchrun only rank 0 prints and saves

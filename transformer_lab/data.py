@@ -62,6 +62,7 @@ __all__ = [
     "TextTokenizer",
     "split_text",
     "random_windows",
+    "token_starts",
     "consecutive_windows",
 ]
 
@@ -603,20 +604,85 @@ def _check_stream(data: object, block_size: object) -> None:
 
 
 def random_windows(
-    data: Tensor, block_size: int, batch_size: int, generator: torch.Generator | None = None
+    data: Tensor,
+    block_size: int,
+    batch_size: int,
+    generator: torch.Generator | None = None,
+    starts: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """A training batch: `batch_size` windows at random offsets, and the same windows one token later.
 
     Target y[b, t] = x[b, t + 1]: at every position the model predicts the next character.
+
+    Args:
+        starts: the offsets a window may begin at (a 1-D integer tensor, e.g. `token_starts(data, newline_id,
+            block_size)`: every window then begins with a newline); None, any offset 0 ... N - block_size - 1.
 
     Shape:
         data (N,) -> x (B, block_size), y (B, block_size).
     """
     _check_stream(data, block_size)
     check_positive_int("batch_size", batch_size)
-    starts = torch.randint(len(data) - block_size, (batch_size,), generator=generator)  # (B,)
-    offsets = starts[:, None] + torch.arange(block_size)  # (B, block_size)
+    if starts is None:
+        first = torch.randint(len(data) - block_size, (batch_size,), generator=generator)  # (B,)
+    else:
+        _check_starts(starts, len(data), block_size)
+        first = starts[torch.randint(len(starts), (batch_size,), generator=generator)]  # (B,)
+    offsets = first[:, None] + torch.arange(block_size)  # (B, block_size)
     return data[offsets], data[offsets + 1]
+
+
+def _check_starts(starts: object, n: int, block_size: int) -> None:
+    if not isinstance(starts, Tensor) or starts.dim() != 1 or starts.is_floating_point() or starts.dtype == torch.bool:
+        shown = (tuple(starts.shape), starts.dtype) if isinstance(starts, Tensor) else type(starts).__name__
+        raise TypeError(f"starts must be a 1-D integer tensor of offsets (tl.data.token_starts), got {shown}")
+    if starts.numel() == 0:
+        raise ValueError("starts is empty: no window can begin anywhere; pass None to allow every offset")
+    last = n - block_size - 1  # the last offset whose window and targets fit in the data
+    if int(starts.min()) < 0 or int(starts.max()) > last:
+        raise ValueError(
+            f"starts must lie in [0, {last}] (N - block_size - 1, for data of {n} tokens and block_size "
+            f"{block_size}), got values in [{int(starts.min())}, {int(starts.max())}]; tl.data.token_starts "
+            "leaves out the offsets too close to the end"
+        )
+
+
+def token_starts(data: Tensor, token: int, block_size: int, share: float = 1.0) -> Tensor:
+    """Offsets for `random_windows(..., starts=...)` that make windows begin where `token` stands.
+
+    For a text of one item per line (a poem, say) with `token` the newline's id, windows drawn from these
+    offsets begin at the start of an item, so a model learns to write one from its beginning, as it does
+    when sampled from a prompt of a newline.
+
+    Args:
+        share: 1.0, only the offsets where `token` stands (and a whole window and its targets fit); below 1,
+            every offset 0 ... N - block_size - 1 once, followed by the token's offsets repeated
+            k = round(share / (1 - share) * (N - block_size) / K) times (K of them), so that about `share` of
+            the windows drawn begin at the token and the rest anywhere; 0.0, every offset once.
+
+    Shape:
+        data (N,) -> offsets (K,) increasing for share 1.0, else (N - block_size + k K,).
+    """
+    _check_stream(data, block_size)
+    if isinstance(token, bool) or not isinstance(token, int):
+        raise TypeError(f"token must be a token id (an int, e.g. tokenizer.encode('\\n').item()), got {token!r}")
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0.0 <= share <= 1.0:
+        raise ValueError(
+            f"share must be a number in [0, 1] (the share of windows that begin at the token), got {share!r}"
+        )
+    anywhere = torch.arange(len(data) - block_size)  # every offset whose window and targets fit
+    if share == 0.0:
+        return anywhere
+    offsets = anywhere[data[: len(data) - block_size] == token]  # (K,)
+    if offsets.numel() == 0:
+        raise ValueError(
+            f"token {token} never stands where a window of {block_size} can begin (offsets 0 ... "
+            f"{len(data) - block_size - 1}); choose a token of the text"
+        )
+    if share == 1.0:
+        return offsets
+    repeats = round(share / (1.0 - share) * len(anywhere) / len(offsets))
+    return torch.cat([anywhere, offsets.repeat(repeats)])
 
 
 def consecutive_windows(data: Tensor, block_size: int) -> tuple[Tensor, Tensor]:

@@ -653,6 +653,7 @@ def train_gpt(
     eval_every: int = 250,
     eval_batch_size: int = 256,
     seed: int = 0,
+    starts: Tensor | None = None,
     device: torch.device | str | None = None,
     progress: bool = True,
 ) -> TextHistory:
@@ -684,6 +685,8 @@ def train_gpt(
         clip_norm: maximum gradient norm (None: no clipping).
         eval_every, eval_batch_size: how often to evaluate, and windows per forward pass when evaluating.
         seed: the seed of the batches.
+        starts: the offsets of train_data where a window may begin (`tl.data.token_starts`, e.g. every
+            newline of a text of one poem per line); None, any offset.
         device: where to train (default: where the model is).
         progress: show a tqdm progress bar.
 
@@ -692,7 +695,7 @@ def train_gpt(
     """
     from tqdm.auto import tqdm
 
-    from transformer_lab.data import consecutive_windows, random_windows
+    from transformer_lab.data import _check_starts, consecutive_windows, random_windows
 
     _check_gpt(model)
     block = model.config.block_size if block is None else block
@@ -710,6 +713,9 @@ def train_gpt(
     if not isinstance(progress, bool):
         raise TypeError(f"progress must be True or False, got {progress!r}")
     _check_stream_for("train_data", train_data, block, model.config.vocab_size)
+    if starts is not None:
+        _check_starts(starts, train_data.numel(), block)
+        starts = starts.cpu()
     if val_data is not None:
         _check_stream_for("val_data", val_data, block, model.config.vocab_size)
     if device is not None:
@@ -751,7 +757,7 @@ def train_gpt(
             rate = cosine_lr(step - 1, lr, min_lr, warmup, decay_steps)
             for group in optimizer.param_groups:
                 group["lr"] = rate
-            x, y = random_windows(train_data, block, batch_size, generator)  # (B, block) each, the global batch
+            x, y = random_windows(train_data, block, batch_size, generator, starts)  # (B, block) each, the global batch
             x, y = x[rows].to(device), y[rows].to(device)  # this process's rows
             logits = net(x)  # (b, block, V)
             loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())  # mean over b * block positions
