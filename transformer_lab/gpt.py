@@ -37,7 +37,14 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from transformer_lab._checks import check_bool, check_positive_int, check_probability, check_tensor, check_tokens
+from transformer_lab._checks import (
+    check_bool,
+    check_positive_int,
+    check_probability,
+    check_tensor,
+    check_tokens,
+    trusted,
+)
 from transformer_lab.decoder import DecoderCache, LayerCache
 from transformer_lab.embedding import LearnedPositionalEmbedding
 from transformer_lab.encoder import EncoderLayer
@@ -191,17 +198,20 @@ class GPT(nn.Module):
         """
         start = self._check_idx(idx, cache)
         length = idx.shape[1]
-        x = self.token_embedding(idx)  # (B, T, D)
-        x = self.dropout(self.position_embedding(x, start=start))  # (B, T, D), positions start..start+T-1
-        # Query t (absolute position start + t) may see keys 0..start+t: rows start..start+T-1 of the full mask.
-        # A single new token sees everything, so it needs no mask (and the fused kernel can skip it).
-        mask = None if length == 1 else self.causal[start : start + length, : start + length]  # (T, start + T)
-        for i, layer in enumerate(self.layers):
-            x = layer(x, mask) if cache is None else _cached_layer(layer, x, mask, cache.layers[i])  # (B, T, D)
-        if cache is not None:
-            cache.length += length
-        x = self.norm(x)  # (B, T, D); fused or term by term as `tl.record_attention` set it
-        return self.lm_head(x)  # (B, T, V)
+        # idx is checked: the modules below skip their own checks, which would only repeat this one (and, once
+        # per layer and per generated token, cost more than the layer's arithmetic at chapter 10's size).
+        with trusted():
+            x = self.token_embedding(idx)  # (B, T, D)
+            x = self.dropout(self.position_embedding(x, start=start))  # (B, T, D), positions start..start+T-1
+            # Query t (absolute position start + t) may see keys 0..start+t: rows start..start+T-1 of the full
+            # mask. A single new token sees everything, so it needs no mask (and the fused kernel can skip it).
+            mask = None if length == 1 else self.causal[start : start + length, : start + length]  # (T, start + T)
+            for i, layer in enumerate(self.layers):
+                x = layer(x, mask) if cache is None else _cached_layer(layer, x, mask, cache.layers[i])  # (B, T, D)
+            if cache is not None:
+                cache.length += length
+            x = self.norm(x)  # (B, T, D); fused or term by term as `tl.record_attention` set it
+            return self.lm_head(x)  # (B, T, V)
 
     def _check_idx(self, idx: object, cache: DecoderCache | None) -> int:
         """Clear errors for bad token ids or a context past block_size; returns the first position of idx."""
