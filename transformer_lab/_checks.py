@@ -311,6 +311,14 @@ def as_device(name: str, device: object) -> torch.device:
         ) from None
 
 
+def check_integer_vector(name: str, value: object, what: str) -> None:
+    """Raise TypeError unless `value` is a 1-D integer tensor (token ids, offsets), not float or bool."""
+    if not isinstance(value, Tensor) or value.dim() != 1 or value.is_floating_point() or value.dtype == torch.bool:
+        is_tensor = isinstance(value, Tensor)
+        shown = f"shape {tuple(value.shape)}, dtype {value.dtype}" if is_tensor else type(value).__name__
+        raise TypeError(f"{name} must be a 1-D integer tensor of {what}, got {shown}")
+
+
 def check_int(name: str, value: object, low: int | None = None, high: int | None = None) -> None:
     """Raise TypeError unless `value` is an int (not a bool), ValueError unless low <= value < high."""
     if isinstance(value, bool) or not isinstance(value, int):

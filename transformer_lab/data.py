@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from transformer_lab._checks import as_device, check_positive_int
+from transformer_lab._checks import as_device, check_integer_vector, check_positive_int, is_trusted
 from transformer_lab.masking import padding_mask
 
 __all__ = [
@@ -594,9 +594,8 @@ def split_text(data: str | Tensor, train_fraction: float = 0.9) -> tuple[str | T
 
 
 def _check_stream(data: object, block_size: object) -> None:
-    if not isinstance(data, Tensor) or data.dim() != 1 or data.is_floating_point() or data.dtype == torch.bool:
-        shown = (tuple(data.shape), data.dtype) if isinstance(data, Tensor) else type(data).__name__
-        raise TypeError(f"data must be a 1-D integer tensor of token ids (tokenizer.encode(text)), got {shown}")
+    check_integer_vector("data", data, "token ids (tokenizer.encode(text))")
+    assert isinstance(data, Tensor)
     check_positive_int("block_size", block_size)
     assert isinstance(block_size, int)
     if data.numel() < block_size + 1:
@@ -626,16 +625,16 @@ def random_windows(
     if starts is None:
         first = torch.randint(len(data) - block_size, (batch_size,), generator=generator)  # (B,)
     else:
-        _check_starts(starts, len(data), block_size)
+        if not is_trusted():  # train_gpt checks its starts once, not at every step
+            _check_starts(starts, len(data), block_size)
         first = starts[torch.randint(len(starts), (batch_size,), generator=generator)]  # (B,)
     offsets = first[:, None] + torch.arange(block_size)  # (B, block_size)
     return data[offsets], data[offsets + 1]
 
 
 def _check_starts(starts: object, n: int, block_size: int) -> None:
-    if not isinstance(starts, Tensor) or starts.dim() != 1 or starts.is_floating_point() or starts.dtype == torch.bool:
-        shown = (tuple(starts.shape), starts.dtype) if isinstance(starts, Tensor) else type(starts).__name__
-        raise TypeError(f"starts must be a 1-D integer tensor of offsets (tl.data.token_starts), got {shown}")
+    check_integer_vector("starts", starts, "offsets (tl.data.token_starts)")
+    assert isinstance(starts, Tensor)
     if starts.numel() == 0:
         raise ValueError("starts is empty: no window can begin anywhere; pass None to allow every offset")
     last = n - block_size - 1  # the last offset whose window and targets fit in the data

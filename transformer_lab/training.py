@@ -33,12 +33,14 @@ from transformer_lab._checks import (
     as_device,
     check_bool,
     check_int,
+    check_integer_vector,
     check_number,
     check_plain_data,
     check_positive_int,
     check_probability,
     check_tensor,
     check_token_dtype,
+    trusted,
 )
 from transformer_lab.data import CharTokenizer, Example, Task, make_batch
 from transformer_lab.distributed import DataParallel
@@ -504,9 +506,8 @@ def _check_gpt(model: object) -> None:
 
 
 def _check_stream_for(name: str, data: object, block: int, vocab_size: int) -> None:
-    if not isinstance(data, Tensor) or data.dim() != 1 or data.is_floating_point() or data.dtype == torch.bool:
-        shown = f"shape {tuple(data.shape)}, dtype {data.dtype}" if isinstance(data, Tensor) else type(data).__name__
-        raise TypeError(f"{name} must be a 1-D integer tensor of token ids (tokenizer.encode(text)), got {shown}")
+    check_integer_vector(name, data, "token ids (tokenizer.encode(text))")
+    assert isinstance(data, Tensor)
     if data.numel() < block + 1:
         raise ValueError(f"{name} has {data.numel()} tokens, fewer than block + 1 = {block + 1}: one window needs that")
     low, high = torch.stack(torch.aminmax(data)).tolist()  # one read-back, once per call (not per batch)
@@ -757,7 +758,8 @@ def train_gpt(
             rate = cosine_lr(step - 1, lr, min_lr, warmup, decay_steps)
             for group in optimizer.param_groups:
                 group["lr"] = rate
-            x, y = random_windows(train_data, block, batch_size, generator, starts)  # (B, block) each, the global batch
+            with trusted():  # train_data and starts were checked above
+                x, y = random_windows(train_data, block, batch_size, generator, starts)  # (B, block) each: global
             x, y = x[rows].to(device), y[rows].to(device)  # this process's rows
             logits = net(x)  # (b, block, V)
             loss = F.cross_entropy(logits.flatten(0, 1), y.flatten())  # mean over b * block positions
