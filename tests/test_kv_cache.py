@@ -137,3 +137,78 @@ def test_cache_with_wrong_number_of_layers_is_refused() -> None:
     memory = model.encode(src, src_mask)
     with pytest.raises(ValueError, match="cache has 1 layers"):
         model.decode(tgt[:, :1], memory, src_mask, cache=tl.DecoderCache.empty(1))
+
+
+# ---------------------------------------------------------------- LayerCache.extend_self (buffers with room)
+
+
+def _new(batch: int, length: int, seed: int, dtype: torch.dtype = torch.float64) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(batch, H, length, D // H, generator=g, dtype=dtype), torch.randn(
+        batch, H, length, D // H, generator=g, dtype=dtype
+    )
+
+
+def test_extend_self_equals_concatenation_and_reuses_its_buffers() -> None:
+    """Step after step (several tokens at a time too) the cached keys and values are exactly those of
+    torch.cat, and a step writes into the buffers it already has unless they are full."""
+    cache = tl.LayerCache()
+    all_k, all_v = _new(2, 5, 0)
+    k, v = cache.extend_self(all_k, all_v)  # the first fill is kept as it is
+    assert k is all_k and v is all_v
+    reallocations, pointer = 0, None
+    for step, length in enumerate([1, 1, 3, 1] + [1] * 40):
+        new_k, new_v = _new(2, length, step + 1)
+        all_k, all_v = torch.cat([all_k, new_k], dim=2), torch.cat([all_v, new_v], dim=2)
+        k, v = cache.extend_self(new_k, new_v)
+        assert k is cache.self_k and v is cache.self_v
+        assert torch.equal(k, all_k) and torch.equal(v, all_v)
+        reallocations += k.data_ptr() != pointer
+        pointer = k.data_ptr()
+    assert all_k.shape[2] == 5 + 46
+    assert reallocations <= 3  # room for 16, then doubled: 5 -> 16 -> 34 -> 70 positions
+
+
+def test_extend_self_after_reorder_and_in_a_copy_never_overwrites_another_cache() -> None:
+    """A copy of a cache (or a reordered one) shares nothing it would write: each keeps its own values."""
+    import copy
+
+    cache = tl.DecoderCache.empty(1)
+    first_k, first_v = _new(3, 4, 0)
+    cache.layers[0].extend_self(first_k, first_v)
+    cache.layers[0].extend_self(*_new(3, 1, 1))  # now views of buffers with room
+    cache.length = 5
+    copied = copy.deepcopy(cache)
+    shallow = copy.copy(cache.layers[0])  # shares the buffers' tensors
+    before = cache.layers[0].self_k.clone()
+    a, b, c = _new(3, 1, 2), _new(3, 1, 3), _new(3, 1, 4)
+    k_a, _ = cache.layers[0].extend_self(*a)
+    k_b, _ = copied.layers[0].extend_self(*b)
+    k_c, _ = shallow.extend_self(*c)
+    for k, new in ((k_a, a), (k_b, b), (k_c, c)):
+        assert torch.equal(k[:, :, :5], before)
+        assert torch.equal(k[:, :, 5:], new[0])
+    cache.reorder(torch.tensor([2, 0]))
+    k, v = cache.layers[0].extend_self(*_new(2, 1, 5))
+    assert torch.equal(k[:, :, :6], k_a[[2, 0]])
+    assert torch.equal(k[:, :, 6:], _new(2, 1, 5)[0])
+
+
+def test_extend_self_under_autograd_concatenates() -> None:
+    """While autograd records, the step concatenates (writing in place would break the backward pass)."""
+    cache = tl.LayerCache()
+    k0, v0 = (t.requires_grad_() for t in _new(1, 3, 0))
+    cache.extend_self(k0, v0)
+    k1, v1 = (t.requires_grad_() for t in _new(1, 1, 1))
+    k, v = cache.extend_self(k1, v1)
+    q = torch.randn(1, H, 1, D // H, dtype=torch.float64)
+    torch.nn.functional.scaled_dot_product_attention(q, k, v).sum().backward()
+    assert k0.grad is not None and k1.grad is not None and v1.grad is not None
+
+
+def test_extend_self_refuses_keys_of_another_shape() -> None:
+    cache = tl.LayerCache()
+    cache.extend_self(*_new(2, 3, 0))
+    k, v = _new(3, 1, 1)
+    with pytest.raises(ValueError, match=r"do not fit the cache.*new_cache"):
+        cache.extend_self(k, v)

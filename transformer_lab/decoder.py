@@ -44,6 +44,51 @@ class LayerCache:
     self_v: Tensor | None = None
     cross_k: Tensor | None = None
     cross_v: Tensor | None = None
+    # Room for later positions (see `extend_self`): a key buffer and a value buffer, each (B, H, capacity, d_k),
+    # and the id of the LayerCache that may write into them; self_k and self_v are views of their filled part.
+    _room: tuple[Tensor, Tensor, int] | None = field(default=None, repr=False, compare=False)
+
+    def extend_self(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Append the self-attention keys and values of new positions, (B, H, T, d_k) each; returns all of
+        them, (B, H, cached + T, d_k) each, which are now `self_k` and `self_v`.
+
+        The same values as `torch.cat([self_k, k], dim=2)` (tested), without its cost: a concatenation copies
+        every cached position into newly allocated memory at every step, and one token at a time that copy
+        costs more than the step's arithmetic (chapter 10 measures it). Here the keys and values live in
+        buffers with room to spare, doubled when full, so a step writes only its new positions.
+
+        `torch.cat` is still used while autograd records the step (writing in place would change tensors that
+        the backward pass needs). The buffers are written only by the LayerCache that made them: after
+        `DecoderCache.reorder`, or in a copy of the cache, `self_k` is no longer a view of them and the next
+        step moves the keys and values into buffers of its own.
+        """
+        old_k, old_v = self.self_k, self.self_v
+        if old_k is None or old_v is None:
+            self.self_k, self.self_v = k, v
+            return k, v
+        if k.shape[:2] != old_k.shape[:2] or k.shape[3:] != old_k.shape[3:] or v.shape != k.shape:
+            raise ValueError(
+                f"new keys and values of shape {tuple(k.shape)} and {tuple(v.shape)} do not fit the cache's "
+                f"{tuple(old_k.shape)} (B, H, length, d_k): the cache was filled by another model or batch; start "
+                "a new cache with model.new_cache()"
+            )
+        recorded = torch.is_grad_enabled() and any(t.requires_grad for t in (k, v, old_k, old_v))
+        if recorded or k.dtype != old_k.dtype or k.device != old_k.device:
+            self._room = None
+            self.self_k, self.self_v = torch.cat([old_k, k], dim=2), torch.cat([old_v, v], dim=2)
+            return self.self_k, self.self_v
+        length, new = old_k.shape[2], old_k.shape[2] + k.shape[2]
+        room = self._room
+        if room is None or room[2] != id(self) or room[0].shape[2] < new or not _fills(old_k, room[0], old_v, room[1]):
+            shape = (*old_k.shape[:2], max(2 * new, 16), old_k.shape[3])  # (B, H, capacity, d_k)
+            room = (old_k.new_empty(shape), old_v.new_empty(shape), id(self))
+            room[0][:, :, :length] = old_k
+            room[1][:, :, :length] = old_v
+            self._room = room
+        room[0][:, :, length:new] = k
+        room[1][:, :, length:new] = v
+        self.self_k, self.self_v = room[0][:, :, :new], room[1][:, :, :new]
+        return self.self_k, self.self_v
 
     def check(self, batch: int, n_heads: int, d_k: int, name: str = "cache") -> None:
         """Raise ValueError unless the cached keys and values are (batch, n_heads, ., d_k)."""
@@ -61,6 +106,15 @@ class LayerCache:
                     f"{name} holds keys of shape {tuple(value.shape)}, not (B, H={n_heads}, length, d_k={d_k}): "
                     "it was filled by another model; start a new cache with model.new_cache()"
                 )
+
+
+def _fills(k: Tensor, k_buffer: Tensor, v: Tensor, v_buffer: Tensor) -> bool:
+    """Whether k and v are the filled part of the buffers (views of their first positions, as `extend_self`
+    leaves them)."""
+    return all(
+        t.data_ptr() == b.data_ptr() and t.stride() == b.stride() and t.dtype == b.dtype and t.device == b.device
+        for t, b in ((k, k_buffer), (v, v_buffer))
+    )
 
 
 @dataclass
@@ -193,11 +247,7 @@ class DecoderLayer(nn.Module):
     def _self_attention(self, h: Tensor, mask: Tensor | None, cache: LayerCache | None) -> Tensor:
         if cache is None:
             return self.self_attn(h, h, h, mask)
-        k, v = self.self_attn.project_kv(h, h)  # (B, H, T, d_k) for the new positions
-        if cache.self_k is not None:
-            k = torch.cat([cache.self_k, k], dim=2)  # (B, H, cached + T, d_k)
-            v = torch.cat([cache.self_v, v], dim=2)
-        cache.self_k, cache.self_v = k, v
+        k, v = cache.extend_self(*self.self_attn.project_kv(h, h))  # (B, H, cached + T, d_k) each
         return self.self_attn.attend(h, k, v, mask)
 
     def _cross_attention(self, h: Tensor, memory: Tensor, mask: Tensor | None, cache: LayerCache | None) -> Tensor:
