@@ -211,10 +211,11 @@ def test_gradients_of_both_paths_are_equal(record: bool) -> None:
 # ---------------------------------------------------------------- the KV cache
 
 
+@pytest.mark.parametrize("batch", [1, 3])
 @pytest.mark.parametrize("record", [True, False], ids=["explicit", "fast"])
-def test_cache_step_by_step_equals_full_forward(record: bool) -> None:
+def test_cache_step_by_step_equals_full_forward(record: bool, batch: int) -> None:
     model = make_model(record)
-    idx = tokens(3, BLOCK)
+    idx = tokens(batch, BLOCK)
     with torch.no_grad():
         full = model(idx)
         cache = model.new_cache()
@@ -223,8 +224,148 @@ def test_cache_step_by_step_equals_full_forward(record: bool) -> None:
         for t in range(4, BLOCK):
             steps.append(model(idx[:, t : t + 1], cache))
             assert cache.length == t + 1
-            assert all(layer.self_k.shape == (3, H, t + 1, D // H) for layer in cache.layers)
+            assert all(layer.self_k.shape == (batch, H, t + 1, D // H) for layer in cache.layers)
     torch.testing.assert_close(torch.cat(steps, dim=1), full, **TOL)
+
+
+def test_cache_step_by_step_gradients_equal_full_forward() -> None:
+    """Cached steps under autograd (the cache then concatenates): the same gradients as one full forward."""
+    grads = []
+    for cached in (True, False):
+        model = make_model()
+        idx = tokens(1, BLOCK)
+        if cached:
+            cache = model.new_cache()
+            logits = torch.cat(
+                [model(idx[:, :2], cache)] + [model(idx[:, t : t + 1], cache) for t in range(2, BLOCK)], 1
+            )
+        else:
+            logits = model(idx)
+        (logits**2).mean().backward()
+        grads.append([p.grad for p in model.parameters()])
+    for cached, full in zip(*grads, strict=True):
+        torch.testing.assert_close(cached, full, **TOL)
+
+
+def count_one_token_steps(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Counts the calls of the one-token step that runs without the modules (gpt._decode_step)."""
+    from transformer_lab import gpt
+
+    calls: list[int] = []
+    step = gpt._decode_step
+
+    def counted(*args: object) -> torch.Tensor:
+        calls.append(1)
+        return step(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(gpt, "_decode_step", counted)
+    return calls
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, dict(bias=False), dict(tie_embeddings=False), dict(activation="gelu")],
+    ids=["gpt2", "no_bias", "untied", "gelu"],
+)
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("record", [True, False], ids=["explicit", "fast"])
+def test_one_token_step_equals_the_modules(
+    record: bool, batch: int, overrides: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cached generation runs each new token without the module machinery; it computes what the modules
+    compute: the same tokens, logits and recorded attention weights as the same generation through them."""
+    calls = count_one_token_steps(monkeypatch)
+    model = make_model(record, **overrides)
+    idx = tokens(batch, 3)
+    runs, weights = [], []
+    for through_modules in (False, True):
+        # A forward hook (here one that changes nothing) sends every step through the modules.
+        handle = model.register_forward_hook(lambda module, args, out: None) if through_modules else None
+        runs.append(model.generate(idx, 8, temperature=0, return_logits=True))
+        weights.append([layer.self_attn.attention_weights for layer in model.layers])
+        if handle is not None:
+            handle.remove()
+        assert len(calls) == 7  # the 7 steps after the prompt's, once; none through the modules
+    (fast_tokens, fast_logits), (module_tokens, module_logits) = runs
+    assert torch.equal(fast_tokens, module_tokens)
+    torch.testing.assert_close(fast_logits, module_logits, **TOL)
+    for lean, modules in zip(*weights, strict=True):
+        if record:
+            assert lean.shape == (batch, H, 1, 3 + 7)  # the last step: its query over the 10 positions fed
+            torch.testing.assert_close(lean, modules, **TOL)
+        else:
+            assert lean is None and modules is None
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_one_token_step_in_lower_precision(dtype: torch.dtype) -> None:
+    """In float32 and bfloat16 too, the step without the modules gives the modules' logits (to the dtype's
+    precision) and keeps the dtype."""
+    model = make_model(record=False).to(dtype)
+    idx = tokens(1, 3)
+    fast = model.generate(idx, 6, temperature=0, return_logits=True)
+    model.register_forward_hook(lambda module, args, out: None)
+    slow = model.generate(idx, 6, temperature=0, return_logits=True)
+    assert fast[1].dtype == dtype
+    tolerance = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(fast[1], slow[1], **tolerance)
+
+
+def test_hooks_see_every_cached_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hook on any module, or a global one, makes every step go through the modules: it sees each token."""
+    calls = count_one_token_steps(monkeypatch)
+    model = make_model()
+    seen: list[int] = []
+    handle = model.layers[1].norm2.register_forward_hook(lambda module, args, out: seen.append(args[0].shape[1]))
+    model.generate(tokens(2, 3), 5, temperature=0)
+    handle.remove()
+    assert seen == [3, 1, 1, 1, 1]
+    handle = nn.modules.module.register_module_forward_hook(lambda module, args, out: seen.append(-1))
+    try:
+        model.generate(tokens(2, 3), 5, temperature=0)
+    finally:
+        handle.remove()
+    assert len(seen) > 5
+    assert calls == []
+    model.generate(tokens(2, 3), 5, temperature=0)  # no hook left: the step without the modules again
+    assert len(calls) == 4
+
+
+def test_replaced_modules_and_active_dropout_are_honoured(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A subclass or a replaced `forward` computes something else: the cache then runs the modules and still
+    gives what recomputation gives. In training mode with dropout, the one-token step never runs."""
+    calls = count_one_token_steps(monkeypatch)
+
+    class DoubledFeedForward(tl.FeedForward):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return 2 * super().forward(x)
+
+    idx = tokens(2, 3)
+    unchanged = make_model().generate(idx, 6, temperature=0, return_logits=True)[1]
+    assert len(calls) == 5
+    for replace in ("subclass", "instance forward"):
+        model = make_model()
+        ff = model.layers[0].feed_forward
+        if replace == "subclass":
+            doubled = DoubledFeedForward(D, 4 * D, activation="gelu_tanh").double()
+            doubled.load_state_dict(ff.state_dict())
+            model.layers[0].feed_forward = doubled
+        else:
+            ff.forward = lambda x, ff=ff: 2 * tl.FeedForward.forward(ff, x)
+        cached, recomputed = (
+            model.generate(idx, 6, temperature=0, use_cache=use, return_logits=True) for use in (True, False)
+        )
+        assert torch.equal(cached[0], recomputed[0])
+        torch.testing.assert_close(cached[1], recomputed[1], **TOL)
+        assert not torch.allclose(cached[1], unchanged)  # the replacement did change the model
+    assert len(calls) == 5  # none for the replaced ones
+    model = make_model(dropout=0.1).train()
+    cache = model.new_cache()
+    model(tokens(1, 3), cache)
+    model(tokens(1, 1), cache)
+    assert len(calls) == 5
+    model.eval()(tokens(1, 1), cache)  # eval mode: dropout off, the step without the modules
+    assert len(calls) == 6
 
 
 @pytest.mark.parametrize("record", [True, False], ids=["explicit", "fast"])

@@ -10,7 +10,9 @@ requires one): parameters that never receive a gradient, and state-dict keys GPT
 "Decoder-only" names what the model does (predict the next token without seeing the future), and that is the
 mask, not the layer. The one thing a decoder adds that generation needs is the KV
 cache; `_cached_layer` below runs an `EncoderLayer` with one, from the layer's own sub-modules (`project_kv`,
-`attend`, `norm1`, `feed_forward`, ...), and is tested equal to the layer's `forward`.
+`attend`, `norm1`, `feed_forward`, ...), and is tested equal to the layer's `forward`. A step of one token
+(each step of `generate` after the prompt) goes faster still through `_decode_step`: the same arithmetic
+straight from the weights, without calling the modules (why, and when it may not, is written above it).
 
 How the names map onto nanoGPT / GPT-2 (what `GPT.from_gpt2` converts):
 
@@ -29,12 +31,13 @@ import json
 import math
 import os
 import pickle
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer_lab._checks import (
@@ -45,11 +48,13 @@ from transformer_lab._checks import (
     check_tokens,
     trusted,
 )
+from transformer_lab.attention import attention as scaled_attention
 from transformer_lab.decoder import DecoderCache, LayerCache
 from transformer_lab.embedding import LearnedPositionalEmbedding
 from transformer_lab.encoder import EncoderLayer
-from transformer_lab.feedforward import _ACTIVATIONS
+from transformer_lab.feedforward import _ACTIVATIONS, FeedForward
 from transformer_lab.masking import causal_mask
+from transformer_lab.multihead import MultiHeadAttention
 from transformer_lab.normalization import LayerNorm
 from transformer_lab.residual import sublayer_connection
 
@@ -198,6 +203,10 @@ class GPT(nn.Module):
         """
         start = self._check_idx(idx, cache)
         length = idx.shape[1]
+        if cache is not None and length == 1:
+            plan = _decode_plan(self)
+            if plan is not None:
+                return _decode_step(self, idx, cache, plan)  # one token: the same result without the modules
         # idx is checked: the modules below skip their own checks, which would only repeat this one (and, once
         # per layer and per generated token, cost more than the layer's arithmetic at chapter 10's size).
         with trusted():
@@ -311,6 +320,7 @@ class GPT(nn.Module):
             tokens = idx
             steps: list[Tensor] = []
             cache: DecoderCache | None = None
+            plan = _decode_plan(self) if use_cache else None  # None: every step goes through the modules
             for _ in range(max_new_tokens):
                 context = tokens[:, -block_size:]  # (B, <= block_size), cropped
                 if not use_cache or context.shape[1] == block_size:
@@ -321,6 +331,8 @@ class GPT(nn.Module):
                 elif cache is None:
                     cache = self.new_cache()  # the first step: the prompt fills the cache
                     logits = self(context, cache)[:, -1]  # (B, V)
+                elif plan is not None:  # only the newest token, checked by construction: straight to the step
+                    logits = _decode_step(self, tokens[:, -1:], cache, plan)[:, -1]  # (B, V)
                 else:
                     logits = self(tokens[:, -1:], cache)[:, -1]  # (B, V), only the newest token
                 steps.append(logits)
@@ -616,15 +628,153 @@ def _cached_layer(layer: EncoderLayer, x: Tensor, mask: Tensor | None, cache: La
     norm1, norm2 = layer.norm1, layer.norm2  # each computes fused or term by term as its own flag says
 
     def self_attention(h: Tensor) -> Tensor:
-        k, v = attention.project_kv(h, h)  # (B, H, T, d_k) each, the new positions
-        if cache.self_k is not None:
-            k = torch.cat([cache.self_k, k], dim=2)  # (B, H, cached + T, d_k)
-            v = torch.cat([cache.self_v, v], dim=2)
-        cache.self_k, cache.self_v = k, v
+        k, v = cache.extend_self(*attention.project_kv(h, h))  # (B, H, cached + T, d_k) each
         return attention.attend(h, k, v, mask)  # (B, T, D)
 
     x = sublayer_connection(x, self_attention, norm1, layer.dropout1, layer.norm_first)
     return sublayer_connection(x, layer.feed_forward, norm2, layer.dropout2, layer.norm_first)
+
+
+# One generated token, without the module machinery.
+#
+# A cached step runs one token: at chapter 10's size (d_model 128) each of its ~25 matrix products takes a few
+# microseconds, and calling ~60 modules (each `nn.Module.__call__`, the dropouts of p = 0, the heads split and
+# merged with views) costs more than the arithmetic. `_decode_step` computes what the modules compute, one token
+# at a time, straight from their weights: the same steps in the same order (tested equal: tokens, and float64
+# logits to 1e-10), with W^Q, W^K, W^V packed into one matrix as the fast path does, and at batch 1 one vector
+# (D,) instead of a (1, 1, D) tensor, so that each product is a matrix-vector product. It runs only where the
+# modules could not compute anything else: every module of the model is of the course's own class (not a
+# subclass), none has a hook or a replaced `forward`, and no dropout is active. Otherwise (a hook to read
+# activations, say, or training with dropout) the step goes through the modules (`_cached_layer`).
+
+_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+
+
+class _LayerPlan(NamedTuple):
+    """What `_decode_step` reads of one `EncoderLayer`, fetched once per `generate`."""
+
+    norm1: Callable[[Tensor], Tensor]
+    w_qkv: Tensor  # (3D, D), [W^Q; W^K; W^V]
+    b_qkv: Tensor | None  # (3D,)
+    attention: MultiHeadAttention  # its path (record_weights) and where the weights are recorded
+    w_o: Tensor
+    b_o: Tensor | None
+    norm2: Callable[[Tensor], Tensor]
+    w1: Tensor
+    b1: Tensor | None
+    activation: Callable[[Tensor], Tensor]
+    w2: Tensor
+    b2: Tensor | None
+
+
+def _untouched(module: nn.Module) -> bool:
+    """No hook, no replaced `forward` and no compiled call: calling it is calling its class's `forward`."""
+    return (
+        not any(getattr(module, name) for name in _HOOKS)
+        and "forward" not in module.__dict__
+        and getattr(module, "_compiled_call_impl", None) is None
+    )
+
+
+def _decode_plan(model: GPT) -> list[_LayerPlan] | None:
+    """Each layer's weights for `_decode_step`, or None where the step must go through the modules (see above)."""
+    from torch.nn.modules import module as module_state
+
+    if (
+        module_state._global_forward_hooks
+        or module_state._global_forward_pre_hooks
+        or module_state._global_backward_hooks
+        or module_state._global_backward_pre_hooks
+        or torch._C._get_tracing_state()
+        or not all(_untouched(m) for m in model.modules())
+    ):
+        return None
+    expected = [
+        (model, GPT),
+        (model.token_embedding, nn.Embedding),
+        (model.position_embedding, LearnedPositionalEmbedding),
+        (model.position_embedding.embedding, nn.Embedding),
+        (model.norm, LayerNorm),
+        (model.lm_head, nn.Linear),
+        (model.dropout, nn.Dropout),
+    ]
+    for layer in model.layers:
+        attention, ff = layer.self_attn, layer.feed_forward
+        expected += [(layer, EncoderLayer), (attention, MultiHeadAttention), (ff, FeedForward)]
+        expected += [(m, LayerNorm) for m in (layer.norm1, layer.norm2)]
+        linears = (attention.w_q, attention.w_k, attention.w_v, attention.w_o, ff.w1, ff.w2)
+        expected += [(m, nn.Linear) for m in linears]
+        expected += [(m, nn.Dropout) for m in (attention.dropout, layer.dropout1, layer.dropout2, ff.dropout)]
+        if not layer.norm_first:
+            return None
+    if any(type(m) is not cls for m, cls in expected):
+        return None
+    if model.token_embedding.max_norm is not None or model.position_embedding.embedding.max_norm is not None:
+        return None  # an embedding that renormalizes its rows when called
+    if any(m.training and m.p > 0 for m, cls in expected if cls is nn.Dropout):  # type: ignore[union-attr]
+        return None
+    plan = []
+    for layer in model.layers:
+        attention, ff = layer.self_attn, layer.feed_forward
+        projections = (attention.w_q, attention.w_k, attention.w_v)
+        biases = [p.bias for p in projections]
+        plan.append(
+            _LayerPlan(
+                norm1=layer.norm1.forward,  # fused or term by term, as the LayerNorm's own flag says
+                w_qkv=torch.cat([p.weight for p in projections]),
+                b_qkv=torch.cat(biases) if all(b is not None for b in biases) else None,
+                attention=attention,
+                w_o=attention.w_o.weight,
+                b_o=attention.w_o.bias,
+                norm2=layer.norm2.forward,
+                w1=ff.w1.weight,
+                b1=ff.w1.bias,
+                activation=_ACTIVATIONS[ff.activation],
+                w2=ff.w2.weight,
+                b2=ff.w2.bias,
+            )
+        )
+    return plan
+
+
+def _linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """`F.linear(x, weight, bias)`; for one vector x (D,) the matrix-vector product (`addmv`), which skips the
+    transposes and the copy of the bias that `F.linear` makes (a third faster at chapter 10's size)."""
+    if x.dim() > 1:
+        return F.linear(x, weight, bias)
+    return torch.mv(weight, x) if bias is None else torch.addmv(bias, weight, x)
+
+
+def _decode_step(model: GPT, idx: Tensor, cache: DecoderCache, plan: list[_LayerPlan]) -> Tensor:
+    """`model(idx, cache)` for ONE new token per row, from the modules' weights (see above; tested equal).
+
+    Shape: idx (B, 1) -> logits (B, 1, V). Inside, x is (B, D), or (D,) when B = 1.
+    """
+    batch = idx.shape[0]
+    start = cache.length
+    tokens = idx[0] if batch == 1 else idx.view(batch)  # (1,) or (B,)
+    embedding = model.token_embedding.weight
+    x = F.embedding(tokens, embedding) + model.position_embedding.embedding.weight[start].to(embedding.dtype)
+    if batch == 1:
+        x = x[0]  # (D,)
+    with trusted():
+        for layer, layer_cache in zip(plan, cache.layers, strict=True):
+            attention = layer.attention
+            qkv = _linear(layer.norm1(x), layer.w_qkv, layer.b_qkv)  # (B, 3D) or (3D,)
+            # With one position, (B, H * d_k) is (B, H, 1, d_k) in memory: splitting the heads is a view.
+            q, k, v = qkv.view(batch, 3, attention.n_heads, 1, attention.d_k).unbind(1)  # (B, H, 1, d_k) each
+            k, v = layer_cache.extend_self(k, v)  # (B, H, cached + 1, d_k) each
+            if attention.record_weights:
+                heads, weights = scaled_attention(q, k, v)  # (B, H, 1, d_k), (B, H, 1, cached + 1)
+                attention.attention_weights = weights.detach()
+            else:
+                heads = F.scaled_dot_product_attention(q, k, v)  # (B, H, 1, d_k)
+                attention.attention_weights = None
+            x = x + _linear(heads.reshape(x.shape), layer.w_o, layer.b_o)  # heads merged, W^O, residual
+            x = x + _linear(layer.activation(_linear(layer.norm2(x), layer.w1, layer.b1)), layer.w2, layer.b2)
+        cache.length += 1
+        logits = _linear(model.norm(x), model.lm_head.weight, model.lm_head.bias)  # (B, V) or (V,)
+    return logits.view(batch, 1, -1)  # (B, 1, V)
 
 
 def _remove_biases(model: nn.Module) -> None:
