@@ -212,3 +212,16 @@ def test_extend_self_refuses_keys_of_another_shape() -> None:
     k, v = _new(3, 1, 1)
     with pytest.raises(ValueError, match=r"do not fit the cache.*new_cache"):
         cache.extend_self(k, v)
+
+
+def test_extend_self_after_the_cache_was_cut_short_keeps_what_was_handed_out() -> None:
+    """Keys set by hand to a shorter prefix (a rollback, say): the next step must not write over positions
+    that a tensor handed out earlier still shows."""
+    cache = tl.LayerCache()
+    cache.extend_self(*_new(1, 4, 0))
+    handed_out, _ = cache.extend_self(*_new(1, 2, 1))  # 6 positions, views of the buffers
+    kept = handed_out.clone()
+    cache.self_k, cache.self_v = cache.self_k[:, :, :3], cache.self_v[:, :, :3]  # cut back to 3 positions
+    k, _ = cache.extend_self(*_new(1, 1, 2))
+    assert torch.equal(handed_out, kept)
+    assert torch.equal(k[:, :, :3], kept[:, :, :3]) and torch.equal(k[:, :, 3:], _new(1, 1, 2)[0])

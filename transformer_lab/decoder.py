@@ -45,8 +45,9 @@ class LayerCache:
     cross_k: Tensor | None = None
     cross_v: Tensor | None = None
     # Room for later positions (see `extend_self`): a key buffer and a value buffer, each (B, H, capacity, d_k),
-    # and the id of the LayerCache that may write into them; self_k and self_v are views of their filled part.
-    _room: tuple[Tensor, Tensor, int] | None = field(default=None, repr=False, compare=False)
+    # the id of the LayerCache that may write into them, and how many positions it filled; self_k and self_v are
+    # views of that filled part.
+    _room: tuple[Tensor, Tensor, int, int] | None = field(default=None, repr=False, compare=False)
 
     def extend_self(self, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Append the self-attention keys and values of new positions, (B, H, T, d_k) each; returns all of
@@ -54,13 +55,15 @@ class LayerCache:
 
         The same values as `torch.cat([self_k, k], dim=2)` (tested), without its cost: a concatenation copies
         every cached position into newly allocated memory at every step, and one token at a time that copy
-        costs more than the step's arithmetic (chapter 10 measures it). Here the keys and values live in
-        buffers with room to spare, doubled when full, so a step writes only its new positions.
+        costs more than the step's arithmetic (chapter 10; the figures are in `benchmarks/README.md`). Here the
+        keys and values live in buffers with room to spare, doubled when full, so a step writes only its new
+        positions.
 
         `torch.cat` is still used while autograd records the step (writing in place would change tensors that
-        the backward pass needs). The buffers are written only by the LayerCache that made them: after
-        `DecoderCache.reorder`, or in a copy of the cache, `self_k` is no longer a view of them and the next
-        step moves the keys and values into buffers of its own.
+        the backward pass needs). The buffers are written only by the LayerCache that made them, and only past
+        what it filled: in a copy of the cache, after `DecoderCache.reorder`, or when `self_k` was set by hand
+        (cut short, say), the next step moves the keys and values into buffers of its own, so that no tensor
+        handed out before is ever overwritten.
         """
         old_k, old_v = self.self_k, self.self_v
         if old_k is None or old_v is None:
@@ -79,14 +82,19 @@ class LayerCache:
             return self.self_k, self.self_v
         length, new = old_k.shape[2], old_k.shape[2] + k.shape[2]
         room = self._room
-        if room is None or room[2] != id(self) or room[0].shape[2] < new or not _fills(old_k, room[0], old_v, room[1]):
+        if (
+            room is None
+            or room[2:] != (id(self), length)
+            or room[0].shape[2] < new
+            or not _fills(old_k, room[0], old_v, room[1])
+        ):
             shape = (*old_k.shape[:2], max(2 * new, 16), old_k.shape[3])  # (B, H, capacity, d_k)
-            room = (old_k.new_empty(shape), old_v.new_empty(shape), id(self))
+            room = (old_k.new_empty(shape), old_v.new_empty(shape), id(self), length)
             room[0][:, :, :length] = old_k
             room[1][:, :, :length] = old_v
-            self._room = room
         room[0][:, :, length:new] = k
         room[1][:, :, length:new] = v
+        self._room = (room[0], room[1], id(self), new)
         self.self_k, self.self_v = room[0][:, :, :new], room[1][:, :, :new]
         return self.self_k, self.self_v
 
