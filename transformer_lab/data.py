@@ -638,10 +638,11 @@ def _check_starts(starts: object, n: int, block_size: int) -> None:
     if starts.numel() == 0:
         raise ValueError("starts is empty: no window can begin anywhere; pass None to allow every offset")
     last = n - block_size - 1  # the last offset whose window and targets fit in the data
-    if int(starts.min()) < 0 or int(starts.max()) > last:
+    low, high = torch.stack(torch.aminmax(starts)).tolist()  # one pass, one read-back
+    if low < 0 or high > last:
         raise ValueError(
             f"starts must lie in [0, {last}] (N - block_size - 1, for data of {n} tokens and block_size "
-            f"{block_size}), got values in [{int(starts.min())}, {int(starts.max())}]; tl.data.token_starts "
+            f"{block_size}), got values in [{low}, {high}]; tl.data.token_starts "
             "leaves out the offsets too close to the end"
         )
 

@@ -716,13 +716,12 @@ def _decode_plan(model: GPT) -> list[_LayerPlan] | None:
     plan = []
     for layer in model.layers:
         attention, ff = layer.self_attn, layer.feed_forward
-        projections = (attention.w_q, attention.w_k, attention.w_v)
-        biases = [p.bias for p in projections]
+        w_qkv, b_qkv = attention.packed_projections()
         plan.append(
             _LayerPlan(
                 norm1=layer.norm1.forward,  # fused or term by term, as the LayerNorm's own flag says
-                w_qkv=torch.cat([p.weight for p in projections]),
-                b_qkv=torch.cat(biases) if all(b is not None for b in biases) else None,
+                w_qkv=w_qkv,
+                b_qkv=b_qkv,
                 attention=attention,
                 w_o=attention.w_o.weight,
                 b_o=attention.w_o.bias,

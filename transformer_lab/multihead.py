@@ -166,17 +166,22 @@ class MultiHeadAttention(nn.Module):
             shape = (query.shape[0], self.n_heads, query.shape[1], key.shape[1])
             check_mask("mask", mask, shape, device=query.device)
 
+    def packed_projections(self, with_queries: bool = True) -> tuple[Tensor, Tensor | None]:
+        """[W^Q; W^K; W^V] (or [W^K; W^V] without queries) stacked into one (n * D, D) weight, and the biases
+        likewise: one matmul then projects all of them (the fast path's, and GPT's one-token step's)."""
+        layers = (self.w_q, self.w_k, self.w_v) if with_queries else (self.w_k, self.w_v)
+        weight = torch.cat([layer.weight for layer in layers])  # (n * D, D)
+        return weight, torch.cat([layer.bias for layer in layers]) if self.w_q.bias is not None else None
+
     def _fast_forward(self, query: Tensor, memory: Tensor, mask: Tensor | None) -> Tensor:
         """Fast path only (performance, tested equal to the explicit path): when keys and values come
         from one tensor, project them with ONE matmul against the stacked weights [W^K; W^V], and for
         self-attention (query is memory too) all three with [W^Q; W^K; W^V], as `nn.MultiheadAttention`
         does with its packed `in_proj_weight`. The parameters stay w_q, w_k, w_v."""
         batch, length, _ = query.shape
-        layers = (self.w_q, self.w_k, self.w_v) if query is memory else (self.w_k, self.w_v)
-        weight = torch.cat([layer.weight for layer in layers])  # (n * D, D), n = 3 or 2
-        bias = torch.cat([layer.bias for layer in layers]) if self.w_q.bias is not None else None
-        packed = F.linear(memory, weight, bias)  # (B, S, n * D)
-        packed = packed.view(batch, memory.shape[1], len(layers), self.n_heads, self.d_k)  # (B, S, n, H, d_k)
+        n = 3 if query is memory else 2  # queries, keys and values, or keys and values
+        packed = F.linear(memory, *self.packed_projections(query is memory))  # (B, S, n * D)
+        packed = packed.view(batch, memory.shape[1], n, self.n_heads, self.d_k)  # (B, S, n, H, d_k)
         heads = packed.permute(2, 0, 3, 1, 4)  # (n, B, H, S, d_k)
         if query is memory:
             q, k, v = heads.unbind(0)  # (B, H, T, d_k) each
