@@ -257,3 +257,45 @@ def test_the_source_edition_gets_full_marks_in_every_chapter(tmp_path):
         assert record["problems"] == [], f"{record['chapter']}: {record['problems']}"
         for exercise in record["exercises"]:
             assert exercise["points"] == exercise["max_points"] > 0, (record["chapter"], exercise)
+
+
+def test_grader_threads_compute_their_references_one_at_a_time(monkeypatch):
+    """grade_folder grades in threads. A case's inputs seed and draw from torch's one global generator (chapter
+    06's cases do), so two threads computing hidden inputs at once would draw each other's numbers: the
+    reference would then answer other inputs than the student's function got, and a right answer lose points
+    (it did, under load, for chapter 06's first case). Both threads here arrive together; each must still
+    compute alone, and both right answers get every point."""
+    import threading
+
+    from transformer_lab.exercises import ch06_encoder, grading
+
+    inside, most = [], []
+    arrived = threading.Barrier(2, timeout=3)
+    computed = grading.hidden_inputs
+
+    def watched(*args):
+        try:
+            arrived.wait()  # the other thread is here too (or, if it must wait its turn, 3 s pass)
+        except threading.BrokenBarrierError:
+            pass
+        inside.append(1)
+        most.append(len(inside))
+        try:
+            return computed(*args)
+        finally:
+            inside.pop()
+
+    monkeypatch.setattr(grading, "hidden_inputs", watched)
+    cells = [("answer", "from transformer_lab.exercises.ch06_encoder import _from_pytorch_copy as from_pytorch_layer")]
+    grades = [None, None]
+
+    def grade(slot):
+        grades[slot] = grading.grade_exercise(ch06_encoder.from_pytorch_layer, "from_pytorch_layer", cells, 3.0, 1)
+
+    threads = [threading.Thread(target=grade, args=(slot,)) for slot in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert max(most) == 1
+    assert [g.points for g in grades] == [3.0, 3.0], [g.cases for g in grades]

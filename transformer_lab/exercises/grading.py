@@ -37,6 +37,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -59,6 +60,12 @@ __all__ = [
     "grade_exercise",
     "plain",
 ]
+
+#: held while this process computes a case's hidden inputs and the reference's answer to them. A case's inputs
+#: may seed and draw from torch's one global generator (`torch.manual_seed`, then `torch.randn`, as the chapters'
+#: cases do); `grade_folder` grades in threads, and two threads drawing at once would each get numbers meant for
+#: the other, so the reference would answer other inputs than the student's function did in its child.
+_REFERENCE_LOCK = threading.Lock()
 
 #: what a child may hand back: anything else becomes a description of what it was
 PLAIN_TYPES = (bool, int, float, str, type(None))
@@ -533,9 +540,10 @@ def grade_exercise(
         if entry["error"]:
             grade.cases.append((False, _m("check.case_problem", case=name, problem=entry["error"])))
             continue
-        inputs = hidden_inputs(exercise, index, secret)
-        with contextlib.nullcontext() if _needs_grad(inputs) else torch.no_grad():
-            expected = plain(exercise._run(exercise.reference, *inputs))
+        with _REFERENCE_LOCK:  # one grader thread at a time (see _REFERENCE_LOCK)
+            inputs = hidden_inputs(exercise, index, secret)
+            with contextlib.nullcontext() if _needs_grad(inputs) else torch.no_grad():
+                expected = plain(exercise._run(exercise.reference, *inputs))
         value = entry["value"]
         if isinstance(value, dict) and "__unsupported__" in value:
             problem = _m("grading.unsupported", what=value["__unsupported__"])
