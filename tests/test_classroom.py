@@ -286,7 +286,12 @@ def test_grader_threads_compute_their_references_one_at_a_time(monkeypatch):
             inside.pop()
 
     monkeypatch.setattr(grading, "hidden_inputs", watched)
-    cells = [("answer", "from transformer_lab.exercises.ch06_encoder import _from_pytorch_copy as from_pytorch_layer")]
+    import inspect
+    import textwrap
+
+    source = textwrap.dedent(inspect.getsource(ch06_encoder._from_pytorch_reference))
+    setup = "import torch\nfrom torch import nn\nimport transformer_lab as tl\n"
+    cells = [("setup", setup), ("answer", source.replace("def _from_pytorch_reference(", "def from_pytorch_layer(", 1))]
     grades = [None, None]
 
     def grade(slot):

@@ -15,7 +15,7 @@ import re
 import pytest
 from test_classroom import ROOT, classroom
 
-from transformer_lab.exercises.grading import Server  # noqa: F401  (the grading machinery is importable)
+from transformer_lab.exercises.grading import GradingSession  # noqa: F401  (the grading machinery is importable)
 
 CJK = re.compile(r"[\u4e00-\u9fff]")
 ZH = [p for p in classroom.chapter_notebooks(ROOT, language="zh") if p.name.startswith("02")]

@@ -48,7 +48,6 @@ import secrets
 import shutil
 import subprocess
 import sys
-import threading
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -517,36 +516,52 @@ def collect(
 # ------------------------------------------------------------------ grading
 
 
-_LOCAL = threading.local()
+SECRET_FILE = ".grading_secret"  # inside the course directory: the class's one secret (hidden cases' seed)
 
 
-def _server():  # noqa: ANN202 - one grading server per worker thread
-    from transformer_lab.exercises.grading import Server
-
-    if getattr(_LOCAL, "server", None) is None:
-        _LOCAL.server = Server()
-        _SERVERS.append(_LOCAL.server)
-    return _LOCAL.server
-
-
-_SERVERS: list[Any] = []
+def class_secret(course_dir: pathlib.Path) -> int:
+    """The class's secret, made on first use and kept (readable by the teacher only): a re-grade of the same
+    submissions draws the same hidden cases and gives the same grades. It never enters a sandbox."""
+    path = course_dir / SECRET_FILE
+    if path.exists():
+        return int(path.read_text().strip())
+    course_dir.mkdir(parents=True, exist_ok=True)
+    value = secrets.randbits(62)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(f"{value}\n")
+    return value
 
 
 def grade_one(
-    course_dir: pathlib.Path, student: str, chapter: str, path: pathlib.Path, secret: int, timeout: float
+    course_dir: pathlib.Path,
+    student: str,
+    chapter: str,
+    path: pathlib.Path,
+    secret: int,
+    timeout: float,
+    session: Any = None,
 ) -> dict[str, Any]:
-    """Grade one student's chapter; return the plain record saved in `grading/<student>/<chapter>.json`."""
-    from transformer_lab.exercises.grading import grade_notebook
+    """Grade one student's chapter in its own sandbox (`session`: a GradingSession; a sandboxed one is made if
+    None); return the plain record saved in `grading/<student>/<chapter>.json`."""
+    from transformer_lab.exercises.grading import default_session, grade_notebook
 
+    session = session or default_session()
     teacher = read_notebook(course_dir / "source" / chapter / f"{chapter}.ipynb")
-    record: dict[str, Any] = {"student": student, "chapter": chapter, "exercises": [], "problems": []}
+    record: dict[str, Any] = {
+        "student": student,
+        "chapter": chapter,
+        "exercises": [],
+        "problems": [],
+        "sandboxed": bool(session.sandbox),
+    }
     try:
         submitted = read_notebook(path)
     except ValueError as exc:
         record["problems"].append(f"{exc}: 0 points for this chapter")
         submitted = None
     if submitted is not None:
-        result = grade_notebook(teacher, submitted, chapter, secret, cell_timeout=timeout, server=_server())
+        result = grade_notebook(teacher, submitted, chapter, secret, cell_timeout=timeout, session=session)
         record["problems"] += result.problems
         for grade_id, grade in result.exercises:
             record["exercises"].append(
@@ -556,6 +571,8 @@ def grade_one(
                     "points": grade.points,
                     "max_points": grade.max_points,
                     "cases": [[ok, text] for ok, text in grade.cases],
+                    "refused": list(grade.refused),
+                    "fused": list(grade.fused),
                 }
             )
     # the chapter's exercises that were not graded (unreadable notebook) score 0 of their points
@@ -572,10 +589,17 @@ def grade_one(
                     "cases": [],
                 }
             )
-    out = course_dir / RESULTS / student / f"{chapter}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(record, indent=1, ensure_ascii=False))
+    save_record(course_dir, record)
     return record
+
+
+def save_record(course_dir: pathlib.Path, record: dict[str, Any]) -> None:
+    """Write one record atomically (a crash mid-write never leaves half a record)."""
+    out = course_dir / RESULTS / record["student"] / f"{record['chapter']}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_suffix(".json.partial")
+    partial.write_text(json.dumps(record, indent=1, ensure_ascii=False))
+    os.replace(partial, out)
 
 
 def write_gradebook(course_dir: pathlib.Path, record: dict[str, Any]) -> None:
@@ -609,12 +633,19 @@ def grade_folder(
     jobs: int | None = None,
     secret: int | None = None,
     write_gb: bool = True,
+    sandbox: bool = True,
+    limits: Any = None,
 ) -> list[dict[str, Any]]:
     """Grade every student's chapters in `submissions`; write the gradebook, tables and report; return the records.
 
-    `secret` seeds the hidden cases; leave it None (a new random seed each run) except in a test.
+    Each submission runs in a sandbox of its own (`transformer_lab.exercises.sandbox`); where none can be made
+    this raises SandboxUnavailable unless `sandbox` is False (then the report says so on its first line).
+    `limits` (a sandbox.Limits) sets its memory and CPU time. `secret` seeds the hidden cases; leave it None
+    (the class's own secret, kept in the course directory, so a re-grade gives the same grades) except in a test.
     `write_gb=False` skips nbgrader's gradebook (a course directory `student` did not make).
     """
+    from transformer_lab.exercises.grading import GradingSession
+
     course_dir = course_dir.resolve()
     released = sorted(p.name for p in (course_dir / "source").glob("[0-9][0-9]_*") if p.is_dir())
     if not released:
@@ -624,9 +655,10 @@ def grade_folder(
         if unknown:
             raise ValueError(f"chapters: {unknown} were never handed out; handed out: {released}")
         released = [r for r in released if any(r == c or (len(c) == 2 and r[:2] == c) for c in chapters)]
+    session = GradingSession(limits, sandbox=sandbox, hide=(str(course_dir), str(submissions.resolve())))
     students, notes = collect(submissions, course_dir, released)
     if secret is None:
-        secret = secrets.randbits(62)  # hidden cases: a seed no student can know
+        secret = class_secret(course_dir)  # hidden cases: a seed no student can know, the same at every re-grade
     jobs = jobs or max(1, min(len(os.sched_getaffinity(0)), 8))
     tasks = [(s, c, p) for s, found in students.items() for c, p in found.items()]
     records = []
@@ -635,7 +667,9 @@ def grade_folder(
     try:
         # the students' messages in the class's language (one process-wide setting: every grader thread shares it)
         with i18n.language(class_language(course_dir) or "en"), concurrent.futures.ThreadPoolExecutor(jobs) as pool:
-            futures = {pool.submit(grade_one, course_dir, s, c, p, secret, timeout): (s, c) for s, c, p in tasks}
+            futures = {
+                pool.submit(grade_one, course_dir, s, c, p, secret, timeout, session): (s, c) for s, c, p in tasks
+            }
             for future in concurrent.futures.as_completed(futures):
                 student, chapter = futures[future]
                 try:
@@ -646,13 +680,13 @@ def grade_folder(
                         "chapter": chapter,
                         "exercises": [],
                         "problems": [f"could not be graded ({type(exc).__name__}: {exc})"],
+                        "sandboxed": session.sandbox,
                     }
+                    save_record(course_dir, record)
                 records.append(record)
                 print(f"{student} {chapter}: {sum(e['points'] for e in record['exercises']):g} points", flush=True)
     finally:
-        while _SERVERS:
-            _SERVERS.pop().close()
-        _LOCAL.server = None
+        session.close()
     for record in records if write_gb else []:
         write_gradebook(course_dir, record)
     notes_path = course_dir / RESULTS / "notes.json"
@@ -737,7 +771,18 @@ def _notes(course_dir: pathlib.Path) -> dict[str, list[str]]:
 def write_report(course_dir: pathlib.Path, records: list[dict[str, Any]], students: Sequence[str]) -> pathlib.Path:
     """grading_report.md: every problem of every student, one section each; honest students have none."""
     notes = _notes(course_dir)
+    unsandboxed = sorted({f"{r['student']}/{r['chapter']}" for r in records if r.get("sandboxed") is False})
     lines = [
+        *(
+            [
+                f"**WARNING: {len(unsandboxed)} submission(s) of this class were graded WITHOUT a sandbox "
+                f"(--no-sandbox): their code could read and change what the grading account can.** "
+                f"({', '.join(unsandboxed[:10])}{', ...' if len(unsandboxed) > 10 else ''})",
+                "",
+            ]
+            if unsandboxed
+            else []
+        ),
         "# Grading report",
         "",
         "Every problem the grader saw, per student. A student with none is not listed below.",
@@ -848,6 +893,14 @@ def main(argv: list[str] | None = None) -> int:
     grade.add_argument("--csv", type=pathlib.Path, default=None, help="grade table (default: COURSE_DIR/grades.csv)")
     grade.add_argument("--timeout", type=float, default=10.0, help="seconds per answer cell and per case")
     grade.add_argument("--jobs", type=int, default=None, help="parallel graders (default: the cores)")
+    grade.add_argument(
+        "--no-sandbox",
+        action="store_true",
+        help="grade without a sandbox where none can be made (students' code can then reach your account; "
+        "the report says so on its first line)",
+    )
+    grade.add_argument("--memory", type=int, default=None, help="MiB of address space per sandboxed process (3072)")
+    grade.add_argument("--cpu-time", type=int, default=None, help="CPU seconds per submission's sandbox (600)")
     fb = commands.add_parser("feedback", help="HTML feedback per student and chapter")
     fb.add_argument("--out", type=pathlib.Path, default=None, help="default: COURSE_DIR/feedback")
     commands.add_parser("report", help="rewrite the grade tables and the report from the stored grades")
@@ -864,7 +917,31 @@ def main(argv: list[str] | None = None) -> int:
     elif args.command == "grade":
         if args.timeout <= 0:
             parser.error("--timeout must be a positive number of seconds")
-        grade_folder(args.submissions, course_dir, args.csv, args.chapters, args.timeout, args.jobs)
+        if args.jobs is not None and args.jobs < 1:
+            parser.error("--jobs must be at least 1")
+        from transformer_lab.exercises.grading import Limits, SandboxUnavailable
+
+        try:
+            defaults = Limits()
+            limits = Limits(
+                memory_mib=args.memory or defaults.memory_mib, cpu_seconds=args.cpu_time or defaults.cpu_seconds
+            )
+        except ValueError as exc:
+            parser.error(f"--{str(exc).split(':')[0].replace('_mib', '').replace('_seconds', '-time')}: {exc}")
+        try:
+            grade_folder(
+                args.submissions,
+                course_dir,
+                args.csv,
+                args.chapters,
+                args.timeout,
+                args.jobs,
+                sandbox=not args.no_sandbox,
+                limits=limits,
+            )
+        except SandboxUnavailable as exc:
+            print(f"classroom.py grade: no sandbox: {exc}", file=sys.stderr)
+            return 2
         print(f"grades: {args.csv or course_dir / 'grades.csv'}; problems: {course_dir / 'grading_report.md'}")
     elif args.command == "feedback":
         written = feedback(course_dir, args.out or course_dir / "feedback")

@@ -77,20 +77,38 @@ def strip_module(source: str) -> str:
     return "".join(lines)
 
 
-def write_stored(folder: str) -> dict[str, int]:
-    """Store the expected results of every exercise in `folder`'s package, then strip the references."""
-    from transformer_lab.exercises.core import Exercise
+def write_stored(folder: str, salt: str | None = None) -> dict[str, int]:
+    """Store the expected results of every exercise in `folder`'s package, then strip the modules.
 
+    Build, debug and transfer exercises store their expected results on the visible cases; a predict
+    exercise stores its answer only sealed (a salted hash, `sealed.seal`) and its "why" (which often states
+    the answer) encrypted with a key only the right answer gives. The chapter modules are rewritten by
+    `strip.strip_source`: no reference, no wrong answer, no shortcut, no helper only they use; the Chinese
+    texts of the "why"s leave the translation files with them.
+    """
+    import json
+    import secrets
+
+    from transformer_lab import i18n
+    from transformer_lab.exercises import sealed
+    from transformer_lab.exercises.core import Exercise
+    from transformer_lab.exercises.strip import strip_source
+
+    salt = salt or secrets.token_hex(16)
     package = pathlib.Path(folder)
-    expected: dict[str, list[Any]] = {}
+    expected: dict[str, Any] = {}
     modules = []
+    whys: set[str] = set()
+    literals: dict[str, dict[str, dict[str, str]]] = {}
     for info in pkgutil.iter_modules([str(package)]):
         if not info.name.startswith("ch"):
             continue
         module = importlib.import_module(f"transformer_lab.exercises.{info.name}")
         modules.append((info.name, module))
-        for value in vars(module).values():
+        for variable, value in vars(module).items():
             if isinstance(value, Exercise):
+                if value.explain:  # its keys as literals: what computed them may be an answer's helper
+                    literals.setdefault(info.name, {})[variable] = {"explain": repr(value.explain)}
                 results = []
                 for case in value.cases:
                     try:
@@ -98,9 +116,22 @@ def write_stored(folder: str) -> dict[str, int]:
                             results.append(_plain(value._run(value.reference, *case.inputs())))
                     except Exception as exc:  # a case that expects an error: store its type's name
                         results.append({"__raises__": type(exc).__name__})
-                expected[f"{info.name}.{value.name}"] = results
+                key = f"{info.name}.{value.name}"
+                if value.kind == "predict":
+                    answers = results
+                    results = [sealed.seal(r, salt) for r in answers]
+                    if value.why:
+                        whys.add(value.why)
+                        with i18n.language("zh"):
+                            texts = {"en": value.why, "zh": i18n.text(value.why)}
+                        expected[f"{key}.why"] = sealed.lock(texts, answers[0], salt)
+                expected[key] = results
     torch.save(expected, package / STORE)
     for name, _ in modules:
         path = package / f"{name}.py"
-        path.write_text(strip_module(path.read_text(encoding="utf-8")), encoding="utf-8")
-    return {"exercises": len(expected), "modules": len(modules)}
+        path.write_text(strip_source(path.read_text(encoding="utf-8"), keep=("explain",), literals=literals.get(name)), encoding="utf-8")
+    for path in sorted((package.parent / "locale" / "zh").glob("ch*.json")):
+        table = json.loads(path.read_text(encoding="utf-8"))
+        kept = {en: zh for en, zh in table.items() if en not in whys}
+        path.write_text(json.dumps(kept, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    return {"exercises": len([k for k in expected if not k.endswith(".why")]), "modules": len(modules)}

@@ -46,7 +46,11 @@ squared_lengths = Exercise(
     reference=_squared_lengths_reference,
     cases=[
         Case("one vector (3, 4): 9 + 16 = 25", lambda: (torch.tensor([[3.0, 4.0]]),)),
-        Case("three vectors of size 2", lambda: (torch.tensor([[1.0, 2.0], [-1.0, 0.5], [0.0, 0.0]]),)),
+        Case(
+            "three vectors of size 2",
+            lambda: (torch.tensor([[1.0, 2.0], [-1.0, 0.5], [0.0, 0.0]]),),
+            hidden="scale",  # the zero vector stays zero in a graded class's hidden case
+        ),
         Case(
             "a batch (2, 3, 4): one length per row",
             lambda: (torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(0)),),

@@ -362,6 +362,7 @@ layer_norm = Exercise(
         Case(
             "a constant vector (variance 0): the output is beta",
             lambda: (torch.full((2, 6), 7.0, dtype=torch.float64), torch.ones(6).double(), torch.arange(6.0).double()),
+            hidden="scale",  # the vector stays constant in a graded class's hidden case
         ),
     ],
     hints=[
@@ -482,7 +483,11 @@ rms_norm = Exercise(
             "tiny activations (about 0.001), where the place of eps matters",
             lambda: _rms_inputs((2, 16), 4, scale=1e-3),
         ),
-        Case("an all-zero vector: the output is 0, not NaN", lambda: (torch.zeros(2, 5), torch.ones(5), 1e-6)),
+        Case(
+            "an all-zero vector: the output is 0, not NaN",
+            lambda: (torch.zeros(2, 5), torch.ones(5), 1e-6),
+            hidden="scale",
+        ),
         Case(
             "float16 activations of size about 300 (their squares overflow float16)",
             lambda: _rms_inputs((2, 3, 8), 3, scale=300.0, dtype=torch.float16),

@@ -41,6 +41,8 @@ import torch
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
 
+from transformer_lab.exercises import sealed
+from transformer_lab.i18n import get_language
 from transformer_lab.i18n import message as _m
 from transformer_lab.i18n import text as _t
 
@@ -55,6 +57,7 @@ KIND_TITLES = {
     "transfer": "transfer",
 }
 NOT_DONE = "not done yet"
+HIDDEN_MODES = ("noise", "scale", "same")
 
 
 @dataclass
@@ -67,6 +70,10 @@ class Case:
             function and for the reference, so neither sees the other's in-place changes).
         raises: the exception type the function must raise on these inputs, if any.
         atol, rtol: tolerances for comparing floating-point results.
+        hidden: how a graded class's hidden case moves this case's floating-point inputs, so that it keeps
+            the property the case tests: "noise" (the default: add noise; an all-zero tensor stays zero and
+            a constant one constant), "scale" (multiply each tensor by one positive factor: zero rows stay
+            zero, constant rows constant, a -inf mask stays a mask) or "same" (the visible inputs).
     """
 
     name: str
@@ -74,6 +81,11 @@ class Case:
     raises: type[BaseException] | None = None
     atol: float = 1e-5
     rtol: float = 1e-4
+    hidden: str = "noise"
+
+    def __post_init__(self) -> None:
+        if self.hidden not in HIDDEN_MODES:
+            raise ValueError(f"hidden: expected one of {HIDDEN_MODES}, got {self.hidden!r}")
 
 
 @dataclass
@@ -467,6 +479,8 @@ class Exercise:
                 result.lines.append((problem is None, text))
         if result.passed and self.why:
             result.right_why = self.why
+        elif not result.passed:
+            result.right_why = None
         return result
 
     def _call_watched(self, candidate: Callable[..., Any], inputs: tuple[Any, ...]) -> tuple[Any, list[str]]:
@@ -504,6 +518,15 @@ class Exercise:
         stored = _stored_answers().get(self._key)
         if stored is not None:  # a student version without the references (exercises/answers.py)
             expected = stored[index]
+            if sealed.is_sealed(expected):  # a predict answer, stored as a salted hash
+                text = sealed.opened(got, expected)
+                if text is None:
+                    return self._explain_wrong(got)
+                why = _stored_answers().get(f"{self._key}.why")
+                texts = sealed.unlock(why, text, expected["salt"]) if why is not None else None
+                if texts:
+                    result.right_why = texts.get(get_language()) or texts.get("en")
+                return None
         else:
             expected = self._run(self.reference, *case.inputs())
         problem = compare(got, expected, case.atol, case.rtol)

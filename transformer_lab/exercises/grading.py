@@ -1,55 +1,55 @@
-"""Grading a submitted chapter where the student's code cannot reach the score.
+"""Grading a submitted chapter where the student's code can reach neither the score nor an answer.
 
-Threat model: a student controls everything that runs in their notebook's kernel (they can replace any
-Python object, `sys.displayhook`, `torch.allclose`, modules in `sys.modules`, ...) and the repository,
-reference answers included, is public. So nothing that runs a student's code decides a score:
+Threat model: a student controls everything that runs of their notebook: they can replace any Python
+object, read and write any file their process can, start processes, send signals, allocate memory, and
+look for the answers in what their process holds; and the repository, reference answers included, is
+public. So nothing that runs a student's code decides a score, and nothing within its reach holds an answer:
 
-1. For each exercise, a fresh **child process** (forked from a server that imported torch and the course
-   but never ran student code) runs only what the answer needs: the chapter's setup cell and exercise
-   import from the *teacher's* copy, then the student's answer cells of this exercise and of the
-   exercises before it in the chapter. Nothing else of the notebook runs: no check cell, no cell of
-   the chapter's text. Before any student line runs, the finished versions the exercise asks to build
-   (its reference, its `forbidden` functions and classes, its forbidden torch functions by every public
-   spelling) are made unavailable: a call fails with `ShortcutBlocked` and is reported.
-2. The child calls the student's function on **hidden cases**: each visible case's inputs with every
-   finite floating-point tensor moved by seeded noise (a seed drawn afresh for each grading run, so no
-   one knows it when the answer is written; integer tensors, masks and sizes stay, so each hidden case
-   keeps the shape and the edge of the case it comes from). It returns the results as plain data:
-   tensors, numbers, strings and containers of them, read back with `torch.load(weights_only=True)`.
-3. The **parent**, which never runs student code, computes the reference on the same hidden inputs and
-   compares. Each case passed earns its share of the exercise's points (partial credit).
+1. **A static check** (`transformer_lab.exercises.policy`), here in the grader before anything runs: an
+   answer cell that uses a private or introspective name (`torch._C`, `torch.ops`, `__code__`, frames,
+   `importlib`, `sys.modules`, `eval`/`exec`, `/proc`, ...) does not run; its exercise gets 0 points and the
+   feedback says why.
+2. **A sandbox per submission** (`transformer_lab.exercises.sandbox`): the answers run in a bubblewrap
+   sandbox that reads only the interpreter, site-packages and a stripped copy of the course package (no
+   references, wrong answers, stored answers or grading code), writes only a scratch folder thrown away
+   with it, has no network, sees and signals no process outside it, and is held to memory and CPU limits.
+   Its grading server (`transformer_lab.exercises.runner`) forks a child per exercise that may start no
+   process and send no signal.
+3. **Hidden cases computed here**: each visible case's inputs moved by noise drawn from the class's secret
+   (never sent into the sandbox: the sandbox receives the moved tensors, not the seed), in the way the case
+   allows (`Case.hidden`: a constant input stays constant, an all-zero one zero, masks and integers stay).
+4. **The finished versions blocked and recorded** in the sandbox: the exercise's forbidden torch functions
+   fail by every spelling (`TorchFunctionMode`), its forbidden library functions and classes fail by their
+   code, and every ATen operator each case runs is recorded (`TorchDispatchMode`); here the record is
+   checked against the exercise's deny-list of fused kernels (`FUSED_KERNELS`).
+5. **The comparison here**, in the grader, which never runs a student's code: the reference runs on the
+   same hidden inputs and each case passed earns its share of the points (partial credit).
 
-Cell and case time limits stop endless loops (`cell_timeout`, 10 s by default); the parent kills a
-child that outlives its budget. What the child saw of tampering (the checker's classes or torch's
-comparison functions replaced, the display hook, `float`...) is reported, never trusted: the score
-does not depend on it.
+What the sandbox reports of tampering is reported, never trusted: the score does not depend on it.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
-import io
-import os
 import pathlib
 import re
-import signal
-import subprocess
-import sys
+import shutil
 import tempfile
 import threading
-import time
-import traceback
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import Tensor
-from torch.overrides import TorchFunctionMode
 
 from transformer_lab import i18n
-from transformer_lab.exercises.core import Exercise, _code_objects, _needs_grad, compare
+from transformer_lab.exercises import policy
+from transformer_lab.exercises.core import Exercise, _needs_grad, compare
+from transformer_lab.exercises.runner import ShortcutBlocked, float_leaves, plain
+from transformer_lab.exercises.sandbox import Limits, SandboxServer, SandboxUnavailable, font_cache, probe
+from transformer_lab.exercises.sandbox import stripped_package as _stripped_package
 from transformer_lab.i18n import message as _m
 from transformer_lab.i18n import text as _t
 
@@ -59,33 +59,64 @@ __all__ = [
     "ExerciseGrade",
     "grade_exercise",
     "plain",
+    "GradingSession",
+    "FUSED_KERNELS",
+    "SandboxUnavailable",
+    "Limits",
 ]
 
 #: held while this process computes a case's hidden inputs and the reference's answer to them. A case's inputs
 #: may seed and draw from torch's one global generator (`torch.manual_seed`, then `torch.randn`, as the chapters'
 #: cases do); `grade_folder` grades in threads, and two threads drawing at once would each get numbers meant for
-#: the other, so the reference would answer other inputs than the student's function did in its child.
+#: the other, so the reference would answer other inputs than the student's function did in its sandbox.
 _REFERENCE_LOCK = threading.Lock()
 
-#: what a child may hand back: anything else becomes a description of what it was
-PLAIN_TYPES = (bool, int, float, str, type(None))
-TAMPER_WATCH = {
-    "transformer_lab.exercises.core.Exercise.check": lambda: Exercise.check,
-    "transformer_lab.exercises.core.Exercise.grade": lambda: Exercise.grade,
-    "transformer_lab.exercises.core.Exercise.run": lambda: Exercise.run,
-    "transformer_lab.exercises.core.compare": lambda: sys.modules["transformer_lab.exercises.core"].compare,
-    "torch.allclose": lambda: torch.allclose,
-    "torch.equal": lambda: torch.equal,
-    "torch.isclose": lambda: torch.isclose,
-    "torch.testing.assert_close": lambda: torch.testing.assert_close,
-    "sys.displayhook": lambda: sys.displayhook,
-    "builtins.float": lambda: __builtins__["float"] if isinstance(__builtins__, dict) else __builtins__.float,
-    "builtins.print": lambda: __builtins__["print"] if isinstance(__builtins__, dict) else __builtins__.print,
+_SOFTMAX = {"_softmax", "_log_softmax", "_safe_softmax", "softmax", "log_softmax", "logsumexp"}
+_SDPA = {
+    "scaled_dot_product_attention",
+    "_scaled_dot_product_attention_math",
+    "_scaled_dot_product_flash_attention_for_cpu",
+    "_scaled_dot_product_flash_attention",
+    "_scaled_dot_product_efficient_attention",
+    "_scaled_dot_product_cudnn_attention",
+    "_scaled_dot_product_fused_attention_overrideable",
+    "_fused_sdp_choice",
+    "_native_multi_head_attention",
+    "_transformer_encoder_layer_fwd",
 }
-
-
-class ShortcutBlocked(RuntimeError):
-    """A call into the finished version of what an exercise asks to build, while grading."""
+_NORMS = {
+    "native_layer_norm",
+    "layer_norm",
+    "native_group_norm",
+    "group_norm",
+    "native_batch_norm",
+    "_native_batch_norm_legit",
+    "_native_batch_norm_legit_no_training",
+    "_batch_norm_impl_index",
+    "batch_norm",
+    "instance_norm",
+    "_fused_rms_norm",
+    "rms_norm",
+}
+#: per exercise, the ATen operators that compute its answer whole (a fused kernel), whatever Python spelling
+#: reached them (`torch.softmax`, `torch.ops.aten._softmax`, `torch._C._nn...`). A deny-list, not an allow-list:
+#: any honest way of building the answer from smaller operators stays allowed. Exercises not named here
+#: (predict exercises, and those whose answer no single kernel computes) deny none.
+FUSED_KERNELS: dict[str, frozenset[str]] = {
+    "squared_lengths": frozenset({"linalg_vector_norm", "norm", "frobenius_norm"}),
+    "softmax_rows": frozenset(_SOFTMAX),
+    "attention": frozenset(_SDPA),
+    "distance_attention": frozenset(_SDPA | {"_cdist_forward", "cdist", "_euclidean_dist", "pairwise_distance"}),
+    "masked_softmax": frozenset(_SDPA | {"_masked_softmax"}),
+    "grouped_query_attention": frozenset(_SDPA),
+    "masked_batch_norm": frozenset(_NORMS),
+    "layer_norm": frozenset(_NORMS),
+    "rms_norm": frozenset(_NORMS),
+    "swiglu_feed_forward": frozenset({"silu", "glu", "silu_"}),
+    "from_pytorch_layer": frozenset(_SDPA),
+    "embedding_grad": frozenset({"embedding", "embedding_backward", "embedding_dense_backward"}),
+    "top_p_filter": frozenset(_SOFTMAX),
+}
 
 
 # ------------------------------------------------------------------ hidden cases
@@ -96,44 +127,63 @@ def _seed(secret: int, *parts: object) -> int:
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
-def _perturb(value: Any, generator: torch.Generator) -> Any:
+def _move(value: Tensor, generator: torch.Generator, mode: str) -> Tensor:
+    """One floating-point tensor moved as `mode` allows, keeping the property its case tests."""
+    if not value.is_floating_point() or value.numel() == 0:
+        return value
+    finite = torch.isfinite(value)
+    if not finite.any():
+        return value
+    values = value[finite].double()
+    if mode == "scale":
+        # one positive factor for the whole tensor: zeros stay zero, constant rows constant, signs and order stay
+        factor = float(torch.empty((), dtype=torch.float64).uniform_(0.5, 2.0, generator=generator))
+        moved = torch.where(finite, value.double() * factor, value.double())
+    else:
+        if bool((values == 0).all()):
+            return value  # an all-zero input stays all zero
+        spread = values.std().item() if values.numel() > 1 else 0.0
+        scale = 0.5 * spread if spread > 0 else 0.5 * max(1.0, values.abs().max().item())
+        if bool((values == values[0]).all()):
+            noise = torch.randn((), generator=generator, dtype=torch.float64) * scale  # a constant stays constant
+        else:
+            noise = torch.randn(value.shape, generator=generator, dtype=torch.float64) * scale
+        moved = torch.where(finite, value.double() + noise, value.double())
+    moved = moved.to(value.dtype)
+    return moved.requires_grad_(True) if value.requires_grad else moved
+
+
+def _perturb(value: Any, generator: torch.Generator, mode: str = "noise") -> Any:
     if isinstance(value, Tensor):
-        if not value.is_floating_point() or value.numel() == 0:
-            return value
-        finite = torch.isfinite(value)
-        if not finite.any():
-            return value
-        spread = value[finite].double().std().item() if int(finite.sum()) > 1 else 0.0
-        scale = 0.5 * spread if spread > 0 else 0.5 * max(1.0, value[finite].abs().max().item())
-        noise = torch.randn(value.shape, generator=generator, dtype=torch.float64) * scale
-        moved = torch.where(finite, value.double() + noise, value.double()).to(value.dtype)
-        return moved.requires_grad_(value.requires_grad) if value.requires_grad else moved
+        return _move(value, generator, mode)
     if isinstance(value, tuple):
-        return tuple(_perturb(v, generator) for v in value)
+        return tuple(_perturb(v, generator, mode) for v in value)
     if isinstance(value, list):
-        return [_perturb(v, generator) for v in value]
+        return [_perturb(v, generator, mode) for v in value]
     if isinstance(value, dict):
-        return {k: _perturb(v, generator) for k, v in value.items()}
+        return {k: _perturb(v, generator, mode) for k, v in value.items()}
     if isinstance(value, torch.nn.Module):
         with torch.no_grad():
             for parameter in value.parameters():
-                parameter.copy_(_perturb(parameter.detach(), generator))
+                parameter.copy_(_move(parameter.detach(), generator, mode))
         return value
     return value
 
 
 def hidden_inputs(exercise: Exercise, index: int, secret: int) -> tuple[Any, ...]:
-    """The inputs of hidden case `index` of `exercise`: its visible case, moved by noise seeded with `secret`.
+    """The inputs of hidden case `index` of `exercise`: its visible case, moved as the case allows
+    (`Case.hidden`), with noise seeded by `secret`.
 
     A case that expects an exception, or whose moved inputs make the reference itself fail, keeps its
-    visible inputs (the edge it tests must stay).
+    visible inputs (the edge it tests must stay); so does a case whose `hidden` is "same".
     """
     case = exercise.cases[index]
-    if case.raises is not None:
+    mode = getattr(case, "hidden", "noise")
+    if case.raises is not None or mode == "same":
         return case.inputs()
 
     def moved() -> tuple[Any, ...]:
-        return _perturb(case.inputs(), torch.Generator().manual_seed(_seed(secret, exercise.name, index)))
+        return _perturb(case.inputs(), torch.Generator().manual_seed(_seed(secret, exercise.name, index)), mode)
 
     try:
         with torch.no_grad():
@@ -143,301 +193,68 @@ def hidden_inputs(exercise: Exercise, index: int, secret: int) -> tuple[Any, ...
     return moved()
 
 
-# ------------------------------------------------------------------ plain data
-
-
-def plain(value: Any, depth: int = 0) -> Any:
-    """`value` as plain data `torch.load(weights_only=True)` reads: tensors, numbers, strings, containers."""
-    if depth > 20:
-        return {"__unsupported__": "nested too deeply"}
-    if isinstance(value, Tensor):
-        if value.is_complex() or value.layout != torch.strided or value.device.type == "meta":
-            return {"__unsupported__": f"a {value.dtype} tensor on {value.device} ({value.layout})"}
-        return value.detach().cpu().clone()
-    if isinstance(value, PLAIN_TYPES):
-        return value
-    if isinstance(value, torch.Size):
-        return tuple(int(v) for v in value)
-    if isinstance(value, (tuple, list)):
-        items = [plain(v, depth + 1) for v in value]
-        return tuple(items) if isinstance(value, tuple) else items
-    if isinstance(value, dict):
-        return {str(k): plain(v, depth + 1) for k, v in value.items()}
-    return {"__unsupported__": type(value).__name__}
-
-
-# ------------------------------------------------------------------ the child
-
-
-class _Timeout(BaseException):
-    pass
-
-
-@contextlib.contextmanager
-def _time_limit(seconds: float) -> Iterator[None]:
-    def expire(signum, frame):  # noqa: ANN001, ARG001
-        raise _Timeout()
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-def _blocker(shown: str) -> Callable[..., Any]:
-    def blocked(*args: Any, **kwargs: Any) -> Any:
-        raise ShortcutBlocked(_m("grading.blocked", shown=shown))
-
-    return blocked
-
-
-class _Block(TorchFunctionMode):
-    def __init__(self, names: dict[str, str]) -> None:
-        super().__init__()
-        self.names = names
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
-        name = getattr(func, "__name__", "").split(".", 1)[0]  # `_softmax.default` is `_softmax`
-        if name in self.names:
-            raise ShortcutBlocked(_m("grading.blocked", shown=self.names[name]))
-        return func(*args, **(kwargs or {}))
-
-
-def _block_finished(exercise: Exercise) -> _Block:
-    """Make the finished versions unavailable in this (child) process; return the torch mode to enter."""
-    blocked_names: dict[str, str] = {}
-    targets: list[Any] = [exercise.reference]
-    for item in exercise.forbidden:
-        if isinstance(item, str):
-            shown = _m("shown.torch", name=item)
-            for variant in (item, f"special_{item}", f"native_{item}"):
-                blocked_names[variant] = shown
-            for module in (torch, torch.nn.functional, torch.Tensor, torch.special, torch.linalg, torch._C._nn):
-                for variant in (item, f"native_{item}"):
-                    if hasattr(module, variant):
-                        with contextlib.suppress(AttributeError, TypeError):
-                            setattr(module, variant, _blocker(shown))
-        else:
-            targets.append(item)
-    for target in targets:
-        for code, shown in _code_objects(target).items():
-            if target is exercise.reference:
-                shown = _m("shown.reference", name=exercise.name)
-            message = _m("grading.blocked", shown=shown)
-            for function in _functions_with(code, target):
-                replacement = _raising_code(function, message)
-                if replacement is not None:
-                    function.__code__ = replacement
-    return _Block(blocked_names)
-
-
-def _functions_with(code: Any, target: Any) -> list[Any]:
-    if isinstance(target, type):
-        found = []
-        for value in vars(target).values():
-            function = getattr(value, "__func__", value)
-            if getattr(function, "__code__", None) is code:
-                found.append(function)
-        return found
-    function = getattr(target, "__func__", target)
-    return [function] if getattr(function, "__code__", None) is code else []
-
-
-def _raising_code(function: Any, message: str) -> Any:
-    """A code object for `function` that raises ShortcutBlocked, with the same free variables."""
-    free = function.__code__.co_freevars
-    names = ", ".join(free)
-    source = "def outer():\n"
-    for name in free:
-        source += f"    {name} = None\n"
-    source += "    def blocked(*args, **kwargs):\n"
-    if free:
-        source += f"        ({names},)\n"
-    # resolved through the builtins, not the blocked function's own module globals
-    source += "        grading = __import__('transformer_lab.exercises.grading', fromlist=['ShortcutBlocked'])\n"
-    source += f"        raise grading.ShortcutBlocked({message!r})\n    return blocked\n"
-    namespace: dict[str, Any] = {}
-    exec(source, namespace)  # noqa: S102 - our own fixed template, no student input
-    code = namespace["outer"]().__code__
-    if code.co_freevars != free:
+def _sent_leaves(exercise: Exercise, index: int, secret: int) -> list[Tensor] | None:
+    """What the sandbox receives of hidden case `index`: its floating-point tensors (None: the visible case)."""
+    case = exercise.cases[index]
+    hidden = hidden_inputs(exercise, index, secret)
+    leaves = [t.detach().clone() for t in float_leaves(hidden)]
+    visible = [t.detach() for t in float_leaves(case.inputs())]
+    if len(leaves) == len(visible) and all(
+        a.shape == b.shape and torch.equal(a, b) for a, b in zip(leaves, visible, strict=True)
+    ):
         return None
-    return code
+    return leaves
 
 
-def _snapshot_watched() -> dict[str, Any]:
-    found = {}
-    for name, get in TAMPER_WATCH.items():
-        try:
-            found[name] = get()
-        except Exception:
-            found[name] = None
-    return found
+# ------------------------------------------------------------------ sessions: one stripped copy, many sandboxes
 
 
-def child_main(request: dict[str, Any], result_path: str) -> None:
-    """Run inside the child: set up, run the answer cells, call the answer on the hidden cases, save plain results."""
-    torch.set_num_threads(1)
-    os.environ["TRANSFORMER_LAB_QUICK"] = "1"
-    i18n.set_language(request.get("language", "en"))  # the class's language, for the messages made here
-    module = __import__(request["module"], fromlist=["_"])
-    exercise: Exercise = getattr(module, request["exercise"])
-    inputs = [hidden_inputs(exercise, i, request["secret"]) for i in range(len(exercise.cases))]
-    watched = _snapshot_watched()
-    mode = _block_finished(exercise)
-    out: dict[str, Any] = {"cells": [], "cases": [], "tampered": []}
-    namespace: dict[str, Any] = {"__name__": "__main__"}
-    sink = io.StringIO()
-    for kind, source in request["cells"]:
-        start = time.perf_counter()
-        entry: dict[str, Any] = {"kind": kind, "error": None}
-        try:
-            with (
-                contextlib.redirect_stdout(sink),
-                contextlib.redirect_stderr(sink),
-                _time_limit(request["cell_timeout"]),
-            ):
-                exec(compile(source, f"<{kind}>", "exec"), namespace)  # noqa: S102 - the sandboxed child
-        except _Timeout:
-            entry["error"] = f"stopped after {request['cell_timeout']:g} s (time limit per cell)"
-        except BaseException as exc:  # noqa: BLE001 - the student's code may raise anything
-            entry["error"] = f"{type(exc).__name__}: {exc}"[:500]
-        entry["seconds"] = round(time.perf_counter() - start, 3)
-        out["cells"].append(entry)
-    after = _snapshot_watched()
-    out["tampered"] = sorted(name for name in watched if after[name] is not watched[name])
-    candidate = namespace.get(request["function"])
-    timed_out = False
-    for case_inputs in inputs:
-        entry = {"value": None, "error": None, "error_types": [], "shortcut": None, "not_done": False}
-        if timed_out:
-            entry["error"] = "not run: an earlier case reached the time limit"
-        elif not callable(candidate):
-            entry["error"] = f"no function named {request['function']} after running the answer cells"
-        else:
-            try:
-                with (
-                    contextlib.redirect_stdout(sink),
-                    contextlib.redirect_stderr(sink),
-                    _time_limit(request["cell_timeout"]),
-                    mode,
-                ):
-                    with contextlib.nullcontext() if _needs_grad(case_inputs) else torch.no_grad():
-                        value = exercise._run(candidate, *case_inputs)
-                entry["value"] = plain(value)
-            except _Timeout:
-                entry["error"] = f"stopped after {request['cell_timeout']:g} s (time limit)"
-                timed_out = True
-            except NotImplementedError:
-                entry["not_done"] = True
-            except ShortcutBlocked as exc:
-                entry["shortcut"] = str(exc)
-            except BaseException as exc:  # noqa: BLE001
-                entry["error"] = f"{type(exc).__name__}: {exc}"[:500]
-                entry["error_types"] = [k.__name__ for k in type(exc).__mro__]  # a case may expect an error
-                if isinstance(exc, RecursionError):
-                    entry["error"] = "RecursionError: the function calls itself without end"
-        out["cases"].append(entry)
-    torch.save(out, result_path)
+class GradingSession:
+    """What a grading run shares: the stripped copy of the package and a font cache, in a temporary folder,
+    the sandbox's limits, and whether there is a sandbox at all. `server()` starts one submission's sandbox.
 
-
-def _run_child(request_path: str, result_path: str) -> None:
-    """In a forked child of the server: one exercise's answer cells and hidden cases; never returns."""
-    try:
-        request = torch.load(request_path, weights_only=True)
-        child_main(request, result_path)
-    except BaseException:  # noqa: BLE001 - say what broke; the parent reports it
-        with contextlib.suppress(Exception):
-            torch.save({"crash": traceback.format_exc()[-2000:]}, result_path)
-    finally:
-        with contextlib.suppress(Exception):
-            sys.stdout.flush()
-        os._exit(0)  # skip the student's atexit hooks and finalizers
-
-
-def serve() -> None:
-    """The grading server: imports torch and the course once, never runs student code itself.
-
-    It reads lines `REQUEST RESULT BUDGET` from stdin; for each it forks a child that runs the answer,
-    waits at most BUDGET seconds (then kills it), and answers `done` or `killed` on stdout.
+    Raises SandboxUnavailable (saying why and what to do) where a sandbox cannot be made, unless `sandbox`
+    is False (the teacher's explicit choice; the report says so).
     """
-    import matplotlib
 
-    matplotlib.use("Agg")  # a chapter's setup cell imports pyplot: no display here
-    import matplotlib.pyplot  # noqa: F401 - imported once here, inherited by every child
+    def __init__(self, limits: Limits | None = None, sandbox: bool = True, hide: tuple[str, ...] = ()) -> None:
+        self.limits = limits or Limits()
+        self.sandbox = sandbox
+        self.hide = tuple(str(h) for h in hide)
+        if sandbox:
+            reason = probe(self.limits)
+            if reason is not None:
+                raise SandboxUnavailable(
+                    f"{reason}. Grading runs students' code and refuses to do so without a sandbox; to grade "
+                    f"anyway, knowing that a student's code can then read and change what your account can, "
+                    f"pass --no-sandbox (the report will say so on its first line)"
+                )
+        self.folder = pathlib.Path(tempfile.mkdtemp(prefix="tl-grading-"))
+        self.package = _stripped_package(self.folder / "package")
+        self.fonts = font_cache(self.folder / "fonts")
 
-    import transformer_lab  # noqa: F401
-    import transformer_lab.exercises  # noqa: F401
-
-    torch.set_num_threads(1)
-    for line in sys.stdin:
-        request_path, result_path, budget = line.split()
-        pid = os.fork()
-        if pid == 0:
-            _run_child(request_path, result_path)
-        deadline = time.monotonic() + float(budget)
-        status = "done"
-        while True:
-            finished, _ = os.waitpid(pid, os.WNOHANG)
-            if finished:
-                break
-            if time.monotonic() > deadline:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-                status = "killed"
-                break
-            time.sleep(0.005)
-        sys.stdout.write(status + "\n")
-        sys.stdout.flush()
-
-
-class Server:
-    """A grading server process (see `serve`); one per parallel worker."""
-
-    def __init__(self) -> None:
-        env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TRANSFORMER_LAB_QUICK="1")
-        root = str(pathlib.Path(__file__).resolve().parents[2])
-        env["PYTHONPATH"] = os.pathsep.join([root, env.get("PYTHONPATH", "")])
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "transformer_lab.exercises.grading"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            env=env,
-            cwd=tempfile.gettempdir(),
-        )
-
-    def run(self, request: dict[str, Any], budget: float) -> tuple[str, dict[str, Any] | None]:
-        """Send one request; return (status, the plain result or None)."""
-        with tempfile.TemporaryDirectory(prefix="tl-grade-") as tmp:
-            request_path, result_path = pathlib.Path(tmp) / "request.pt", pathlib.Path(tmp) / "result.pt"
-            torch.save(request, request_path)
-            assert self.process.stdin is not None and self.process.stdout is not None
-            self.process.stdin.write(f"{request_path} {result_path} {budget}\n")
-            self.process.stdin.flush()
-            status = self.process.stdout.readline().strip() or "lost"
-            if not result_path.exists():
-                return status, None
-            try:
-                return status, torch.load(result_path, weights_only=True)
-            except Exception:  # not plain data: nothing to credit
-                return "unreadable", None
+    def server(self) -> SandboxServer:
+        return SandboxServer(self.package, self.fonts, self.limits, self.sandbox, self.hide)
 
     def close(self) -> None:
-        with contextlib.suppress(Exception):
-            assert self.process.stdin is not None
-            self.process.stdin.close()
-            self.process.wait(timeout=10)
-        if self.process.poll() is None:
-            self.process.kill()
+        shutil.rmtree(self.folder, ignore_errors=True)
 
-    def __enter__(self) -> Server:
+    def __enter__(self) -> GradingSession:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+_DEFAULT: dict[str, GradingSession] = {}
+
+
+def default_session() -> GradingSession:
+    """A sandboxed session for this process (made on first use, removed at exit)."""
+    if "session" not in _DEFAULT:
+        _DEFAULT["session"] = GradingSession()
+        atexit.register(_DEFAULT["session"].close)
+    return _DEFAULT["session"]
 
 
 # ------------------------------------------------------------------ the parent
@@ -454,10 +271,16 @@ class ExerciseGrade:
     problems: list[str] = field(default_factory=list)  # for the teacher's report
     shortcut: str | None = None
     tampered: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)  # the static check's findings
+    fused: list[str] = field(default_factory=list)  # denied ATen operators the answer ran
 
     @property
     def passed(self) -> int:
         return sum(ok for ok, _ in self.cases)
+
+
+def _all_cases(exercise: Exercise, problem: str) -> list[tuple[bool, str]]:
+    return [(False, _m("check.case_problem", case=_t(case.name), problem=problem)) for case in exercise.cases]
 
 
 def grade_exercise(
@@ -467,32 +290,36 @@ def grade_exercise(
     max_points: float,
     secret: int,
     cell_timeout: float = 10.0,
-    server: Server | None = None,
+    server: SandboxServer | None = None,
 ) -> ExerciseGrade:
-    """Grade one exercise: run `cells` and `function` in a child process, compare here.
+    """Grade one exercise: run `cells` and `function` in a sandbox, compare here.
 
     Args:
         exercise: the exercise (from the teacher's package).
         function: the name of the student's function.
         cells: (kind, source) to run in order: the teacher's setup, then the student's answer cells.
         max_points: the exercise's points.
-        secret: the grading run's secret seed (hidden cases).
+        secret: the class's secret (the hidden cases' seed); it never leaves this process.
         cell_timeout: seconds allowed to each cell and to each case.
-        server: a running grading `Server` (one is started and stopped for this call if none is given).
+        server: a running sandbox (`GradingSession.server()`); one is started and stopped for this call if none
+            is given.
     """
     grade = ExerciseGrade(exercise.name, 0.0, max_points)
+    with _REFERENCE_LOCK:
+        leaves = [_sent_leaves(exercise, i, secret) for i in range(len(exercise.cases))]
+    budget = cell_timeout * (len(cells) + len(exercise.cases)) + 30.0
     request = {
         "module": _module_of(exercise),
         "exercise": _attribute_of(exercise),
         "function": function,
         "cells": cells,
-        "secret": secret,
+        "leaves": leaves,
         "cell_timeout": float(cell_timeout),
+        "cpu_seconds": int(budget) + 1,
         "language": i18n.get_language(),
     }
-    budget = cell_timeout * (len(cells) + len(exercise.cases)) + 30.0
     owned = server is None
-    server = server or Server()
+    server = server or default_session().server()
     try:
         status, result = server.run(request, budget)
     finally:
@@ -500,31 +327,30 @@ def grade_exercise(
             server.close()
     if status == "killed":
         grade.problems.append(_m("grading.stopped", seconds=f"{budget:g}"))
-        grade.cases = [
-            (False, _m("check.case_problem", case=_t(case.name), problem=_m("grading.did_not_finish")))
-            for case in exercise.cases
-        ]
+        grade.cases = _all_cases(exercise, _m("grading.did_not_finish"))
         return grade
-    if result is None:
-        grade.problems.append(_m("grading.no_result_process", status=status))
-        grade.cases = [
-            (False, _m("check.case_problem", case=_t(case.name), problem=_m("grading.no_result")))
-            for case in exercise.cases
-        ]
+    if status == "sandbox" or result is None:
+        reason = (
+            _m("grading.sandbox_stopped") if status == "sandbox" else _m("grading.no_result_process", status=status)
+        )
+        grade.problems.append(_m("grading.not_graded", reason=reason))
+        grade.cases = _all_cases(exercise, _m("grading.not_graded", reason=reason))
         return grade
     if "crash" in result:
         grade.problems.append(_m("grading.crashed") + "\n" + str(result["crash"]))
-        grade.cases = [
-            (False, _m("check.case_problem", case=_t(case.name), problem=_m("grading.no_result")))
-            for case in exercise.cases
-        ]
+        grade.cases = _all_cases(exercise, _m("grading.no_result"))
         return grade
     for cell in result["cells"]:
         if cell["error"] and cell["kind"].startswith("answer"):
             grade.problems.append(_m("grading.cell_raised", cell=cell["kind"], error=cell["error"]))
     grade.tampered = list(result["tampered"])
+    denied = FUSED_KERNELS.get(exercise.name, frozenset())
     for index, (case, entry) in enumerate(zip(exercise.cases, result["cases"], strict=True)):
         name = _t(case.name)
+        fused = sorted(set(entry.get("ops", [])) & denied)
+        if fused and not entry["shortcut"]:
+            entry["shortcut"] = _m("grading.fused", op=fused[0])
+            grade.fused += [op for op in fused if op not in grade.fused]
         if entry["shortcut"]:
             grade.shortcut = entry["shortcut"]
             grade.cases.append((False, _m("check.case_problem", case=name, problem=entry["shortcut"])))
@@ -561,27 +387,28 @@ def grade_exercise(
     return grade
 
 
+def refused_grade(exercise: Exercise, max_points: float, findings: list[str]) -> ExerciseGrade:
+    """The grade of an exercise whose answer the static check refused: 0 points, each case saying why."""
+    grade = ExerciseGrade(exercise.name, 0.0, max_points, refused=list(findings))
+    why = _m("grading.refused", what=findings[0])
+    grade.cases = _all_cases(exercise, why)
+    grade.problems.append(f"{exercise.name}: {why}")
+    return grade
+
+
 def _module_of(exercise: Exercise) -> str:
-    for name, module in list(sys.modules.items()):
+    for name, module in list(__import__("sys").modules.items()):
         if name.startswith("transformer_lab.exercises.") and any(v is exercise for v in vars(module).values()):
             return name
     raise ValueError(f"exercise {exercise.name!r} is not defined in a transformer_lab.exercises module")
 
 
 def _attribute_of(exercise: Exercise) -> str:
-    module = sys.modules[_module_of(exercise)]
+    module = __import__("sys").modules[_module_of(exercise)]
     for attribute, value in vars(module).items():
         if value is exercise:
             return attribute
     raise ValueError(f"exercise {exercise.name!r} not found in its module")
-
-
-if __name__ == "__main__":
-    # run the server from the package's module (not this __main__ copy), so that every class a child
-    # meets (ShortcutBlocked above all) is the one the blocked functions raise
-    from transformer_lab.exercises import grading
-
-    grading.serve()
 
 
 # ------------------------------------------------------------------ a whole submitted notebook
@@ -681,15 +508,17 @@ def grade_notebook(
     chapter: str,
     secret: int,
     cell_timeout: float = 10.0,
-    server: Server | None = None,
+    session: GradingSession | None = None,
 ) -> NotebookGrade:
     """Grade one submitted chapter against the teacher's source notebook (both as JSON dicts).
 
-    What runs of the submission, for each exercise: the teacher's setup cell (the chapter's first code
-    cell) and exercise import, then the student's answer cells (nbgrader solution cells, matched by
-    their id) of this exercise and of every exercise before it. Never a check cell, never any other
-    cell of the student's notebook.
+    What runs of the submission, for each exercise, in the submission's own sandbox (one per call, started
+    again if an answer stopped it): the teacher's setup cell (the chapter's first code cell) and exercise
+    import, then the student's answer cells (nbgrader solution cells, matched by their id) of this exercise
+    and of every exercise before it. Never a check cell, never any other cell of the student's notebook,
+    never an answer cell the static check refused (its exercise scores 0).
     """
+    session = session or default_session()
     result = NotebookGrade(chapter)
     cells = teacher.get("cells", [])
     code_cells = [c for c in cells if c.get("cell_type") == "code"]
@@ -716,44 +545,65 @@ def grade_notebook(
         elif _visible(_source(theirs)) != _visible(_source(cell)):
             result.problems.append(f"locked cell {meta['grade_id']!r} was edited")
     answers: list[tuple[str, str]] = []
+    refused: list[str] = []  # the static check's findings in this exercise's answer cells
     module = __import__(f"transformer_lab.exercises.{modules[0]}", fromlist=["_"]) if modules else None
-    for cell in cells:
-        meta = _meta(cell)
-        if meta.get("solution") and cell.get("cell_type") == "code":
-            theirs = by_id.get(meta.get("grade_id", ""))
-            if theirs is None:
-                result.problems.append(f"answer cell {meta.get('grade_id')!r} is missing")
-                continue
-            text = _source(theirs)
-            for line in suspicious_lines(text):
-                result.problems.append(f"answer cell {meta['grade_id']!r} patches the course or torch: {line}")
-            answers.append((f"answer {meta['grade_id']}", text))
-        if meta.get("grade") and cell.get("cell_type") == "code":
-            match = _CHECK_LINE.search(_source(cell))
-            if not match or module is None:
-                continue
-            exercise = getattr(module, match.group(1), None)
-            if not isinstance(exercise, Exercise):
-                result.problems.append(f"the teacher's check cell {meta['grade_id']!r} names no known exercise")
-                continue
-            grade = grade_exercise(
-                exercise,
-                match.group(2),
-                setup + answers,
-                float(meta.get("points", 1)),
-                secret,
-                cell_timeout=cell_timeout,
-                server=server,
-            )
-            for name in grade.tampered:
-                message = f"the answer cells replaced {name}"
-                if message not in result.problems:
-                    result.problems.append(message)
-            result.problems.extend(p for p in grade.problems if p not in result.problems)
-            stopped = [text for ok, text in grade.cases if not ok and "time limit" in text]
-            if stopped:
-                result.problems.append(
-                    f"{exercise.name}: stopped at the time limit of {cell_timeout:g} s ({stopped[0].split(': ')[0]})"
-                )
-            result.exercises.append((meta["grade_id"], grade))
+    server: SandboxServer | None = None
+    try:
+        for cell in cells:
+            meta = _meta(cell)
+            if meta.get("solution") and cell.get("cell_type") == "code":
+                theirs = by_id.get(meta.get("grade_id", ""))
+                if theirs is None:
+                    result.problems.append(f"answer cell {meta.get('grade_id')!r} is missing")
+                    continue
+                text = _source(theirs)
+                for line in suspicious_lines(text):
+                    result.problems.append(f"answer cell {meta['grade_id']!r} patches the course or torch: {line}")
+                findings = policy.refusals(text)
+                if findings:
+                    refused += [str(f) for f in findings]
+                    result.problems.append(
+                        f"answer cell {meta['grade_id']!r} refused (not run): "
+                        + "; ".join(str(f) for f in findings[:3])
+                        + ("; ..." if len(findings) > 3 else "")
+                    )
+                    continue
+                answers.append((f"answer {meta['grade_id']}", text))
+            if meta.get("grade") and cell.get("cell_type") == "code":
+                match = _CHECK_LINE.search(_source(cell))
+                if not match or module is None:
+                    continue
+                exercise = getattr(module, match.group(1), None)
+                if not isinstance(exercise, Exercise):
+                    result.problems.append(f"the teacher's check cell {meta['grade_id']!r} names no known exercise")
+                    continue
+                points = float(meta.get("points", 1))
+                if refused:
+                    grade = refused_grade(exercise, points, refused)
+                    refused = []
+                else:
+                    if server is None or not server.alive():
+                        if server is not None:
+                            server.close()
+                        server = session.server()
+                    grade = grade_exercise(
+                        exercise, match.group(2), setup + answers, points, secret, cell_timeout, server=server
+                    )
+                for name in grade.tampered:
+                    message = f"the answer cells replaced {name}"
+                    if message not in result.problems:
+                        result.problems.append(message)
+                if grade.fused:
+                    result.problems.append(f"{exercise.name}: ran the fused kernel(s) {', '.join(grade.fused)}")
+                result.problems.extend(p for p in grade.problems if p not in result.problems)
+                stopped = [text for ok, text in grade.cases if not ok and "time limit" in text]
+                if stopped:
+                    result.problems.append(
+                        f"{exercise.name}: stopped at the time limit of {cell_timeout:g} s "
+                        f"({stopped[0].split(': ')[0]})"
+                    )
+                result.exercises.append((meta["grade_id"], grade))
+    finally:
+        if server is not None:
+            server.close()
     return result
