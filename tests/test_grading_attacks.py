@@ -213,7 +213,7 @@ def attacks(course: pathlib.Path, subs: pathlib.Path, port: int) -> dict[str, tu
         "f_rms_norm": (
             "04",
             "rms_norm",
-            "def rms_norm(x, gamma, eps=1e-6):\n    return F.rms_norm(x, (x.shape[-1],), gamma, eps)\n",
+            "import torch.nn.functional as F\ndef rms_norm(x, gamma, eps=1e-6):\n    return F.rms_norm(x, (x.shape[-1],), gamma, eps)\n",
         ),
         "f_private_helper": (
             "04",
@@ -260,9 +260,9 @@ def attacks(course: pathlib.Path, subs: pathlib.Path, port: int) -> dict[str, tu
 
 
 LAYER_NORM_ATTACKS = {
-    "f_layer_norm": "def layer_norm(x, gamma, beta, eps=1e-5):\n    return F.layer_norm(x, (x.shape[-1],), gamma, beta, eps)\n",
+    "f_layer_norm": "import torch.nn.functional as F\ndef layer_norm(x, gamma, beta, eps=1e-5):\n    return F.layer_norm(x, (x.shape[-1],), gamma, beta, eps)\n",
     "f_group_norm": (
-        "def layer_norm(x, gamma, beta, eps=1e-5):\n    flat = x.reshape(-1, 1, x.shape[-1])\n"
+        "import torch.nn.functional as F\ndef layer_norm(x, gamma, beta, eps=1e-5):\n    flat = x.reshape(-1, 1, x.shape[-1])\n"
         "    return F.group_norm(flat, 1, eps=eps).reshape(x.shape) * gamma + beta\n"
     ),
     "f_library_layer_norm": (
