@@ -207,7 +207,9 @@ def test_the_report_names_every_problem_and_no_honest_student(klass):
         assert student not in sections and student in honest, student
     assert all("misnamed" in line for line in sections["cy"].strip().splitlines()), sections["cy"]
     dan = sections["dan"]
-    assert dan.count("called a finished version") == sum(len(exercises_of(p)) for p in CHAPTERS)
+    # dan's answers reach the exercise's reference (`exercises.<name>.reference`): the static check refuses each
+    assert dan.count("refused (not run)") == sum(len(exercises_of(p)) for p in CHAPTERS)
+    assert "`exercises`" in dan and "reference" in dan
     eve = sections["eve"]
     for needle in (
         "Exercise.grade",
@@ -250,7 +252,10 @@ def test_the_student_folder_holds_what_a_student_needs(klass):
         / "exercises"
         / f"{exercises_of(CHAPTERS[0])[0][2].reference.__module__.rsplit('.', 1)[-1]}.py"
     ).read_text()
-    assert "the reference answer is not in the student version" in module
+    assert "the reference answer is not in this copy of the course" in module
+    for _, _, exercise, _ in exercises_of(CHAPTERS[0]):  # no reference, no known-wrong answer is left in it
+        assert f"def {exercise.reference.__name__}(" not in module
+        assert not any(f"def {wrong.__name__}(" in module for wrong in exercise.wrong)
     readme = (out / "README.md").read_text()
     assert "more tests" not in readme and "no solutions" in readme
     assert not list(out.rglob("__pycache__"))

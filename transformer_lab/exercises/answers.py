@@ -129,7 +129,10 @@ def write_stored(folder: str, salt: str | None = None) -> dict[str, int]:
     torch.save(expected, package / STORE)
     for name, _ in modules:
         path = package / f"{name}.py"
-        path.write_text(strip_source(path.read_text(encoding="utf-8"), keep=("explain",), literals=literals.get(name)), encoding="utf-8")
+        path.write_text(
+            strip_source(path.read_text(encoding="utf-8"), keep=("explain",), literals=literals.get(name)),
+            encoding="utf-8",
+        )
     for path in sorted((package.parent / "locale" / "zh").glob("ch*.json")):
         table = json.loads(path.read_text(encoding="utf-8"))
         kept = {en: zh for en, zh in table.items() if en not in whys}

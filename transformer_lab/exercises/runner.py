@@ -496,6 +496,11 @@ def serve() -> None:
     import transformer_lab.exercises.core  # noqa: F401
 
     torch.set_num_threads(1)
+    # warm up what every child uses, so that no child pays a first use against its time limit
+    with _Block({}, str), OperatorRecord(), torch.no_grad():
+        for dtype in (torch.float32, torch.float64, torch.float16):
+            x = torch.ones(2, 3, dtype=dtype)
+            (x.exp() / x.sum(-1, keepdim=True)).max(-1)
     out_fd = os.dup(1)
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)  # nothing but frames on the channel to the grader
@@ -505,8 +510,10 @@ def serve() -> None:
         if frame is None:
             return
         request = loads(frame)
-        for name in request.get("preload", []):
-            __import__(name)
+        # the chapter's (stripped) exercise module, imported once here: every child inherits it
+        if isinstance(request.get("module"), str) and request["module"].startswith("transformer_lab.exercises.ch"):
+            with contextlib.suppress(Exception):
+                __import__(request["module"])
         status, payload = _handle(request)
         write_frame(out_fd, struct.pack("<B", len(status)) + status.encode() + payload)
 

@@ -105,6 +105,10 @@ def stripped_package(dest: pathlib.Path) -> pathlib.Path:
     shutil.copytree(PACKAGE, target, ignore=ignore)
     (target / "assets").mkdir()
     (target / "locale" / "zh").mkdir()
+    # a teacher's own exercise modules (TRANSFORMER_LAB_EXERCISES) are graded from the copy too
+    for folder in os.environ.get("TRANSFORMER_LAB_EXERCISES", "").split(os.pathsep):
+        for module in sorted(pathlib.Path(folder).glob("ch*.py")) if folder else []:
+            shutil.copy2(module, target / "exercises" / module.name)
     for module in sorted((target / "exercises").glob("ch*.py")):
         module.write_text(strip_source(module.read_text(encoding="utf-8")), encoding="utf-8")
     import compileall
