@@ -33,6 +33,7 @@ import random
 import re
 import sys
 import textwrap
+import traceback
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,7 +47,7 @@ from transformer_lab.i18n import get_language
 from transformer_lab.i18n import message as _m
 from transformer_lab.i18n import text as _t
 
-__all__ = ["Case", "Exercise", "CheckResult", "compare", "LEVELS", "KINDS"]
+__all__ = ["Case", "Exercise", "Mistake", "CheckResult", "compare", "LEVELS", "KINDS"]
 
 LEVELS = ("easy", "medium", "harder")
 KINDS = ("build", "debug", "predict", "transfer")
@@ -86,6 +87,27 @@ class Case:
     def __post_init__(self) -> None:
         if self.hidden not in HIDDEN_MODES:
             raise ValueError(f"hidden: expected one of {HIDDEN_MODES}, got {self.hidden!r}")
+
+
+@dataclass(frozen=True)
+class Mistake:
+    """A typical wrong answer, and what it shows the learner misunderstood.
+
+    Args:
+        answer: a function that makes the mistake (same signature as the exercise's).
+        says: one or two sentences naming the misconception by its symptom ("the maximum is taken over the
+            whole tensor, not over each row"), never the answer itself. Shown when a learner's wrong result
+            equals this answer's result on the same inputs.
+    """
+
+    answer: Callable[..., Any]
+    says: str
+
+    def __post_init__(self) -> None:
+        if not callable(self.answer):
+            raise TypeError(f"answer: expected the wrong answer as a function, got {type(self.answer).__name__}")
+        if not isinstance(self.says, str) or not self.says.strip():
+            raise TypeError("says: expected a sentence naming the misconception")
 
 
 @dataclass
@@ -221,7 +243,8 @@ def _compare_tensors(got: Any, expected: Tensor, atol: float, rtol: float, name:
         return _m("compare.tensor_nan", name=name, count=int(nan.sum()), where=where)
     close = torch.isclose(got_f, expected_f, rtol=rtol, atol=atol, equal_nan=True)
     if not close.all():
-        diff = (got_f - expected_f).abs().nan_to_num(nan=math.inf)
+        # only the positions that differ: equal infinities are close, and inf - inf (NaN) must not be picked
+        diff = torch.where(close, torch.zeros_like(got_f), (got_f - expected_f).abs().nan_to_num(nan=math.inf))
         where = tuple((diff == diff.max()).nonzero()[0].tolist())
         return _m(
             "compare.tensor_values",
@@ -395,6 +418,9 @@ class Exercise:
         run: how to call a candidate on a case's inputs (default `candidate(*inputs)`); an
             exercise about a class can build it, copy weights, and call it here.
         wrong: known-wrong solutions, used by the tests to prove `check()` rejects them.
+        mistakes: typical wrong answers with what each shows the learner misunderstood (`Mistake`): a wrong
+            result equal to one of theirs gets that sentence added to what the check says (and to a graded
+            class's feedback). Their answers count as known-wrong solutions too.
         forbidden: the finished versions of what the exercise asks to build. A string is the
             name of a torch function (`"softmax"` catches `torch.softmax`, `F.softmax`,
             `x.softmax`, `torch.special.softmax`); a function or class is caught by its code,
@@ -404,6 +430,9 @@ class Exercise:
             answer); the expected value itself is never printed before the learner got it right.
         shortcuts: answers that only call the finished version by some spelling (an alias, the
             method form, `getattr`, the library's function): the tests prove each gets no credit.
+        output_names: where `run` hands the check a tuple made from what the learner returned (the output and
+            its dtype, say), what to call each part in a message ("your output", "your output's dtype"), so that
+            a message never names the check's own tuple (`output[1]`).
     """
 
     def __init__(
@@ -417,10 +446,12 @@ class Exercise:
         kind: str,
         run: Callable[..., Any] | None = None,
         wrong: Sequence[Callable[..., Any]] = (),
+        mistakes: Sequence[Mistake] = (),
         forbidden: Sequence[Any] = (),
         why: str | None = None,
         explain: Mapping[Hashable, str] | None = None,
         shortcuts: Sequence[Callable[..., Any]] = (),
+        output_names: Sequence[str] | None = None,
     ) -> None:
         if not cases:
             raise ValueError("cases: an exercise needs at least one case")
@@ -437,11 +468,15 @@ class Exercise:
         self.level = level
         self.kind = kind
         self._run = run or (lambda candidate, *inputs: candidate(*inputs))
-        self.wrong = list(wrong)
+        self.mistakes = list(mistakes)
+        if not all(isinstance(m, Mistake) for m in self.mistakes):
+            raise TypeError("mistakes: expected a list of Mistake(answer, says)")
+        self.wrong = list(wrong) + [m.answer for m in self.mistakes if m.answer not in wrong]
         self.forbidden = list(forbidden)
         self.why = textwrap.dedent(why).strip() if why else None
         self.explain = dict(explain or {})
         self.shortcuts = list(shortcuts)
+        self.output_names = list(output_names) if output_names is not None else None
         self._torch_names: dict[str, str] = {}
         self._codes = _Codes()
         self._codes.add(reference.__code__, _Shown("shown.reference", name=name))
@@ -462,6 +497,7 @@ class Exercise:
         if not callable(candidate):
             result.lines.append((False, _m("run.not_a_function", got=_type_name(candidate))))
             return result
+        said: set[str] = set()  # what a common error usually means is said once per check
         with _same_random_state():
             for index, case in enumerate(self.cases):
                 try:
@@ -475,6 +511,7 @@ class Exercise:
                     result.lines = [(False, _m("check.case_problem", case=_t(case.name), problem=problem))]
                     break  # no credit for any case: one line says why
                 shown = _t(case.name)
+                problem = _once(problem, said)
                 text = shown if problem is None else _m("check.case_problem", case=shown, problem=problem)
                 result.lines.append((problem is None, text))
         if result.passed and self.why:
@@ -507,7 +544,7 @@ class Exercise:
         except Exception as exc:  # the learner's code may raise anything: report it, never re-raise
             if case.raises is not None and isinstance(exc, case.raises):
                 return None
-            return _m("run.raised", error=f"{type(exc).__name__}: {exc}")
+            return _m("run.raised", error=describe_error(exc))
         if seen:
             result.shortcut = str(seen[0])
             return _m("run.calls", shortcut=result.shortcut)
@@ -529,9 +566,13 @@ class Exercise:
                 return None
         else:
             expected = self._run(self.reference, *case.inputs())
-        problem = compare(got, expected, case.atol, case.rtol)
+        problem = self.compare(got, expected, case)
         if problem is not None and self.kind == "predict":
             return self._explain_wrong(got)
+        if problem is not None:
+            why = self.recognise(got, case.inputs, case.atol, case.rtol)
+            if why:
+                problem = _m("run.mistake", problem=problem, why=why)
         return problem
 
     def _explain_wrong(self, got: Any) -> str:
@@ -574,7 +615,37 @@ class Exercise:
         found = [case.name for case in self.cases] + list(self.hints)
         found += [self.why] if self.why else []
         found += [textwrap.dedent(why).strip() for why in self.explain.values() if why]
+        found += [textwrap.dedent(m.says).strip() for m in self.mistakes]
+        found += list(self.output_names or [])
         return list(dict.fromkeys(found))
+
+    def compare(self, got: Any, expected: Any, case: Case) -> str | None:
+        """`compare` with this exercise's tolerances for `case` and the names of what the learner returned."""
+        names = self.output_names
+        if names and isinstance(expected, tuple) and isinstance(got, (tuple, list)) and len(names) == len(expected):
+            if len(got) != len(expected):
+                return _m("compare.sequence_length", name="output", n=len(expected), got=len(got))
+            for part, (g, e) in zip(names, zip(got, expected, strict=True), strict=True):
+                problem = compare(g, e, case.atol, case.rtol, _t(part))
+                if problem:
+                    return problem
+            return None
+        return compare(got, expected, case.atol, case.rtol)
+
+    def recognise(self, got: Any, inputs: Callable[[], tuple[Any, ...]], atol: float, rtol: float) -> str | None:
+        """What a wrong result shows the learner misunderstood: the `says` of the first known mistake whose answer
+        gives the same result on the same inputs (`inputs()` makes them afresh), in the language in use; None if
+        no known mistake gives it."""
+        for mistake in self.mistakes:
+            try:
+                with _same_random_state(), torch.no_grad():
+                    theirs = self._run(mistake.answer, *inputs())
+                same = compare(got, _plain_result(theirs), atol, rtol) is None
+            except Exception:  # a mistake that fails on these inputs says nothing about them
+                continue
+            if same:
+                return _t(textwrap.dedent(mistake.says).strip())
+        return None
 
     def passes(self, candidate: Callable[..., Any]) -> bool:
         return self.run(candidate).passed
@@ -651,6 +722,88 @@ def _stored_answers() -> dict[str, Any]:
         path = pathlib.Path(__file__).with_name("expected.pt")
         _STORED = torch.load(path, weights_only=True) if path.exists() else {}
     return _STORED
+
+
+#: common PyTorch errors, by their message, and what they usually mean (in the language in use)
+ERROR_MEANINGS = (
+    (re.compile(r"shapes cannot be multiplied|size mismatch, got"), lambda: _m("error.matmul")),
+    (re.compile(r"must match the size of tensor b .* at non-singleton dimension"), lambda: _m("error.broadcast")),
+    (re.compile(r"Expected all tensors to be on the same device"), lambda: _m("error.device")),
+    (
+        re.compile(r"expected (m1 and m2 to have the same dtype|scalar type)|found dtype|have the same dtype"),
+        lambda: _m("error.dtype"),
+    ),
+    (re.compile(r"view size is not compatible with input tensor's size and stride"), lambda: _m("error.view")),
+    (re.compile(r"shape '\[.*\]' is invalid for input of size"), lambda: _m("error.reshape")),
+    (re.compile(r"Dimension out of range"), lambda: _m("error.dim")),
+    (re.compile(r"modified by an inplace operation"), lambda: _m("error.inplace")),
+    (re.compile(r"does not require grad and does not have a grad_fn"), lambda: _m("error.grad")),
+)
+_PACKAGE_DIRS = tuple(
+    str(pathlib.Path(m.__file__).resolve().parent)
+    for m in (torch, sys.modules[__name__.rsplit(".", 2)[0]])
+    if getattr(m, "__file__", None)
+)
+
+
+def _learner_line(exc: BaseException) -> tuple[int, str] | None:
+    """The line of the learner's own code where `exc` was raised (the last frame outside torch, this package and
+    the standard library), as (line number, source); None if there is none or its source is unknown."""
+    import linecache
+
+    found = None
+    for frame, lineno in traceback.walk_tb(exc.__traceback__):
+        filename = frame.f_code.co_filename
+        resolved = filename if filename.startswith("<") else str(pathlib.Path(filename).resolve())
+        if resolved.startswith((*_PACKAGE_DIRS, sys.prefix, sys.base_prefix)):
+            continue
+        line = linecache.getline(filename, lineno, frame.f_globals).strip()
+        if line:
+            found = (lineno, line)
+    return found
+
+
+def _once(problem: str | None, said: set[str]) -> str | None:
+    """`problem` without the meaning of a common error already said in an earlier line of the same check."""
+    if problem is None:
+        return None
+    for _, said_as in ERROR_MEANINGS:
+        meaning = said_as()
+        if meaning in problem:
+            if meaning in said:
+                problem = problem.replace(" " + meaning, "")
+            said.add(meaning)
+    return problem
+
+
+def describe_error(exc: BaseException) -> str:
+    """An error raised in a learner's code, for a learner: its type and message, the learner's own line where it
+    was raised, and, for a common PyTorch error, one sentence of what it usually means."""
+    text = f"{type(exc).__name__}: {exc}"
+    if len(text) > 400:
+        text = text[:397] + "..."
+    where = _learner_line(exc)
+    if where is not None:
+        text += " " + _m("run.error_line", line=where[0], code=where[1][:120])
+    message = str(exc)
+    for pattern, said_as in ERROR_MEANINGS:
+        if pattern.search(message):
+            text += " " + said_as()
+            break
+    return text
+
+
+def _plain_result(value: Any) -> Any:
+    """A result as the comparison reads it: tensors detached, sequences and dicts of them."""
+    if isinstance(value, Tensor):
+        return value.detach()
+    if isinstance(value, torch.Size):
+        return tuple(value)
+    if isinstance(value, (tuple, list)):
+        return type(value)(_plain_result(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _plain_result(v) for k, v in value.items()}
+    return value
 
 
 def _needs_grad(inputs: tuple[Any, ...]) -> bool:

@@ -46,7 +46,7 @@ from torch import Tensor
 
 from transformer_lab import i18n
 from transformer_lab.exercises import policy
-from transformer_lab.exercises.core import Exercise, _needs_grad, compare
+from transformer_lab.exercises.core import Exercise, _needs_grad
 from transformer_lab.exercises.runner import ShortcutBlocked, float_leaves, plain
 from transformer_lab.exercises.sandbox import Limits, SandboxServer, SandboxUnavailable, font_cache, probe
 from transformer_lab.exercises.sandbox import stripped_package as _stripped_package
@@ -374,9 +374,16 @@ def grade_exercise(
         if isinstance(value, dict) and "__unsupported__" in value:
             problem = _m("grading.unsupported", what=value["__unsupported__"])
         else:
-            problem = compare(value, expected, case.atol, case.rtol)
+            problem = exercise.compare(value, expected, case)
             if problem is not None and exercise.kind == "predict":
                 problem = exercise._explain_wrong(value)
+            elif problem is not None:  # a known mistake's symptom: recognised here, never in the sandbox
+                with _REFERENCE_LOCK:
+                    why = exercise.recognise(
+                        value, lambda i=index: hidden_inputs(exercise, i, secret), case.atol, case.rtol
+                    )
+                if why:
+                    problem = _m("run.mistake", problem=problem, why=why)
         grade.cases.append(
             (problem is None, name if problem is None else _m("check.case_problem", case=name, problem=problem))
         )

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import io
+import linecache
 import os
 import platform
 import resource
@@ -370,7 +371,7 @@ def _watched() -> dict[str, Any]:
 def run_exercise(request: dict[str, Any]) -> dict[str, Any]:
     """Run the cells, then the student's function on every hidden case; return plain results."""
     from transformer_lab import i18n
-    from transformer_lab.exercises.core import _needs_grad
+    from transformer_lab.exercises.core import _needs_grad, describe_error
 
     torch.set_num_threads(1)
     i18n.set_language(request.get("language", "en"))
@@ -386,6 +387,8 @@ def run_exercise(request: dict[str, Any]) -> dict[str, Any]:
     namespace: dict[str, Any] = {"__name__": "__main__"}
     sink = io.StringIO()
     for kind, source in request["cells"]:
+        # the source by its name, so that an error's message can quote the answer's own line
+        linecache.cache[f"<{kind}>"] = (len(source), None, source.splitlines(keepends=True), f"<{kind}>")
         start = time.perf_counter()
         entry: dict[str, Any] = {"kind": kind, "error": None}
         try:
@@ -434,7 +437,7 @@ def run_exercise(request: dict[str, Any]) -> dict[str, Any]:
             except ShortcutBlocked as exc:
                 entry["shortcut"] = str(exc)
             except BaseException as exc:  # noqa: BLE001
-                entry["error"] = f"{type(exc).__name__}: {exc}"[:500]
+                entry["error"] = describe_error(exc)[:1000]
                 entry["error_types"] = [k.__name__ for k in type(exc).__mro__]  # a case may expect an error
                 if isinstance(exc, RecursionError):
                     entry["error"] = "RecursionError: the function calls itself without end"

@@ -4,7 +4,8 @@
 so that it keeps only what running the exercises' cases needs:
 
 - every `Exercise(...)` keeps its name, cases, `run`, `forbidden` list, level, kind and hints; its
-  `reference=` becomes `_withheld` (a function that raises), and `wrong=`, `shortcuts=` and `why=` go
+  `reference=` becomes `_withheld` (a function that raises), and `wrong=`, `mistakes=` (the recognisers of
+  known mistakes: they run in the grader), `shortcuts=` and `why=` go
   (`explain=`, what a learner is told about a known wrong prediction, stays only where `keep` asks for it);
 - of the module's own functions, classes and constants, only those the kept expressions reach (the case
   builders, `run` helpers, the functions a case passes in as input) stay; the reference, the known-wrong
@@ -71,7 +72,7 @@ def strip_source(source: str, keep: tuple[str, ...] = (), literals: dict[str, di
         for argument, literal in literals.get(variable, {}).items():
             if argument in arguments:
                 arguments[argument] = ast.parse(literal, mode="eval").body
-        for key in ("reference", "wrong", "shortcuts"):
+        for key in ("reference", "wrong", "shortcuts", "mistakes"):
             answers |= _names(arguments.get(key))
         kept = {"name", "cases", "hints", "level", "kind", "run", "forbidden"} | set(keep)
         call.args = []
