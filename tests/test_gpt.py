@@ -311,6 +311,37 @@ def test_one_token_step_in_lower_precision(dtype: torch.dtype) -> None:
     torch.testing.assert_close(fast[1], slow[1], **tolerance)
 
 
+def test_through_modules_runs_every_cached_step_through_the_modules(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`generate(..., through_modules=True)` (and `forward`'s keyword) keeps the cache but never takes the
+    one-token step without the modules: chapter 10 times the cache alone with it. Same tokens and logits."""
+    from transformer_lab import gpt
+
+    calls = count_one_token_steps(monkeypatch)
+    layer_calls: list[int] = []
+    cached_layer = gpt._cached_layer
+
+    def counted_layer(layer: tl.EncoderLayer, x: torch.Tensor, *args: object) -> torch.Tensor:
+        layer_calls.append(x.shape[1])
+        return cached_layer(layer, x, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(gpt, "_cached_layer", counted_layer)
+    model = make_model()
+    idx = tokens(2, 3)
+    slow = model.generate(idx, 6, temperature=0, through_modules=True, return_logits=True)
+    assert calls == []  # no step without the modules, though nothing (no hook, no dropout) forbids it
+    assert layer_calls == [3] * model.config.n_layers + [1] * (5 * model.config.n_layers)  # the prompt, then 1
+    fast = model.generate(idx, 6, temperature=0, return_logits=True)
+    assert len(calls) == 5
+    assert torch.equal(fast[0], slow[0])
+    torch.testing.assert_close(fast[1], slow[1], **TOL)
+    cache = model.new_cache()
+    model(idx, cache)
+    model(idx[:, :1], cache, through_modules=True)
+    assert len(calls) == 5 and cache.length == 4
+    with pytest.raises(TypeError, match="through_modules"):
+        model(idx, through_modules="yes")
+
+
 def test_hooks_see_every_cached_step(monkeypatch: pytest.MonkeyPatch) -> None:
     """A hook on any module, or a global one, makes every step go through the modules: it sees each token."""
     calls = count_one_token_steps(monkeypatch)
@@ -725,6 +756,7 @@ def test_forward_bad_cache() -> None:
         (dict(top_p=1.5), ValueError, "top_p"),
         (dict(generator=0), TypeError, "generator must be a torch.Generator"),
         (dict(use_cache="no"), TypeError, "use_cache"),
+        (dict(through_modules=1), TypeError, "through_modules"),
         (dict(idx=torch.rand(1, 3)), TypeError, "idx must be an integer tensor"),
         (dict(idx=torch.zeros(1, 0, dtype=torch.long)), ValueError, "idx must hold at least one token"),
     ],

@@ -137,8 +137,13 @@ def test_attention_grid_layers_by_heads() -> None:
     assert _tick_labels(maps[0], "y") == TOKENS  # first column carries the query labels
     np.testing.assert_allclose(maps[4].get_images()[0].get_array(), weights[1, 1].numpy(), rtol=1e-6)
     assert fig.axes[6].get_ylabel() == "weight"
+    # one title per axis for the whole grid, the words of attention_heatmap's axes
+    assert (fig.get_supxlabel(), fig.get_supylabel()) == ("key (attended to)", "query (attending)")
+    assert len(fig.axes) == 7  # the titles add no axes: a notebook's "<Figure ... with 9 Axes>" stays the same
     one_layer = tl.plotting.attention_grid(weights[0], row_names=["self-attention"])
     assert one_layer.axes[1].get_title() == "self-attention, head 2"
+    untitled = tl.plotting.attention_grid(weights[0], x_title="", y_title="source position")
+    assert (untitled.get_supxlabel(), untitled.get_supylabel()) == ("", "source position")
     as_list = tl.plotting.attention_grid([weights[0], weights[1]])
     assert len(as_list.axes) == 7
 

@@ -88,6 +88,35 @@ def test_rotation_pairs_one_panel_per_pair_with_both_points(pe: torch.Tensor) ->
     np.testing.assert_allclose(points["pos + 3"], pe[8, 4:6].numpy(), rtol=1e-6)
 
 
+def test_rotation_pairs_draws_each_turn_as_an_arc_and_enlarges_short_ones() -> None:
+    table = tl.sinusoidal_encoding(200, 8)
+    fig = plots.rotation_pairs(table, position=4, offset=3, pairs=(0, 2))
+    assert len(fig.axes) == 2  # the inset is a child of its panel, not a panel of its own
+    for ax, i, turn in ((fig.axes[0], 0, 3.0), (fig.axes[1], 2, 0.03)):
+        arc = next(line for line in ax.lines if line.get_label() == "turn by 3 steps")
+        xs, ys = arc.get_xdata(), arc.get_ydata()
+        np.testing.assert_allclose(np.hypot(xs, ys), 1.0, atol=1e-6)  # along the unit circle
+        np.testing.assert_allclose([xs[0], ys[0]], table[4, 2 * i : 2 * i + 2].numpy(), atol=1e-5)
+        np.testing.assert_allclose([xs[-1], ys[-1]], table[7, 2 * i : 2 * i + 2].numpy(), atol=1e-5)
+        assert ax.get_title().endswith(f"turn {turn:.2f} rad")
+    assert not fig.axes[0].child_axes  # a 3-radian turn needs no enlargement
+    (inset,) = fig.axes[1].child_axes  # a 0.03-radian one does
+    width = np.diff(inset.get_xlim())[0]
+    assert width < 0.1 and any(line.get_label() == "turn by 3 steps" for line in inset.lines)
+    assert not plots.rotation_pairs(table, 4, 3, pairs=(2,), zoom_below=0).axes[0].child_axes
+
+
+def test_histograms_cut_at_y_max_say_how_high_the_cut_bar_goes() -> None:
+    spike, wide = torch.zeros(1000), torch.linspace(-3, 3, 1000)
+    fig = plots.value_histograms({"spike": spike, "wide": wide}, bins=30, y_max=1.0)
+    ax = fig.axes[0]
+    assert ax.get_ylim() == (0.0, 1.0)
+    (note,) = ax.texts  # only the spike goes above the cut
+    assert note.get_text().startswith("spike: density ") and "↑" in note.get_text()
+    with pytest.raises(ValueError, match="y_max"):
+        plots.value_histograms({"a": wide}, y_max=0)
+
+
 def test_histograms_and_frequency_errors_draw_each_series() -> None:
     fig = plots.value_histograms({"a": torch.randn(100), "b": torch.rand(10, 10)})
     assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["a", "b"]

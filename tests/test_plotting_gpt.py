@@ -65,13 +65,22 @@ def test_sampling_filters_show_how_many_tokens_each_setting_keeps() -> None:
     logits = torch.tensor([2.0, 1.0, 0.5, -1.0])
     rows = {
         "T=1": torch.softmax(logits, -1),
+        "T=0.5": torch.softmax(logits / 0.5, -1),
         "top-k 2": torch.softmax(tl.gpt.filter_logits(logits, top_k=2), -1),
     }
     fig = tl.plotting.sampling_filters(rows, list("abcd"))
-    assert [ax.get_title() for ax in fig.axes] == ["T=1\n4 kept", "top-k 2\n2 kept"]
+    titles = ["T=1\n4 of 4 can be drawn", "T=0.5\n4 of 4 can be drawn", "top-k 2\n2 of 4 can be drawn"]
+    assert [ax.get_title() for ax in fig.axes] == titles
+    _draw(fig)
+    # show=2 draws the two most likely tokens (in vocabulary order); the counts stay over the whole vocabulary
+    fig = tl.plotting.sampling_filters(rows, list("abcd"), show=2)
+    assert [ax.get_title() for ax in fig.axes] == titles
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["a", "b"]
     _draw(fig)
     with pytest.raises(ValueError, match="one probability per label"):
         tl.plotting.sampling_filters(rows, list("abc"))
+    with pytest.raises(ValueError, match="show"):
+        tl.plotting.sampling_filters(rows, list("abcd"), show=5)
 
 
 def test_attention_by_distance_averages_the_diagonals() -> None:
@@ -96,6 +105,9 @@ def test_sample_rates_label_every_bar() -> None:
     fig = tl.plotting.sample_rates({"model": {"shape": 0.97, "copy": 0.01}, "bigram": {"shape": 0.0, "copy": 0.0}})
     texts = [t.get_text() for t in fig.axes[0].texts]
     assert texts == ["97%", "0%", "1%", "0%"]
+    fig.canvas.draw()
+    legend = fig.axes[0].get_legend().get_window_extent()
+    assert legend.x0 >= fig.axes[0].get_window_extent().x1  # beside the axes, over no bar
     _draw(fig)
     with pytest.raises(ValueError, match="must have the rates"):
         tl.plotting.sample_rates({"a": {"x": 0.1}, "b": {"y": 0.2}})

@@ -71,6 +71,19 @@ def test_normalization_statistics_draws_both_kinds() -> None:
     assert np.isnan(np.asarray(image.filled(np.nan) if hasattr(image, "filled") else image)[1, 3])  # padding blank
 
 
+def test_normalization_statistics_legend_sits_above_the_bars() -> None:
+    x, mask = _batch()
+    fig = plotting.normalization_statistics(x, mask)
+    assert fig.axes[0].get_legend() is None and fig.axes[1].get_legend() is None  # no legend inside a bar panel
+    (legend,) = fig.legends
+    labels = [t.get_text() for t in legend.get_texts()]
+    assert len(labels) == 2 and "padding masked out" in labels[0] and "padding included" in labels[1]
+    fig.canvas.draw()
+    box = legend.get_window_extent()
+    for ax in fig.axes[:2]:
+        assert box.y0 >= ax.get_window_extent().y1 - 1  # wholly above both bar panels
+
+
 def test_statistics_sensitivity_and_error_curves() -> None:
     fig = plotting.statistics_sensitivity(
         {"BatchNorm": ([2, 4, 8], [0.5, 0.3, 0.1]), "LayerNorm": ([2, 4, 8], [0.0, 0.0, 0.0])},
@@ -108,6 +121,24 @@ def test_gradient_norms_and_training_figure() -> None:
         plotting.norm_placement_training({"a": [1.0]}, {"a": [1.0]}, smooth=0)
 
 
+def test_stack_scale_draws_the_final_norm_apart_from_the_layers() -> None:
+    fig = plotting.stack_scale({"Pre-Norm": ([1.1, 1.2, 1.3], 1.0), "Post-Norm": ([1.0, 1.0, 1.0], 1.0)})
+    ax = fig.axes[0]
+    layers = [line for line in ax.get_lines() if line.get_label() in ("Pre-Norm", "Post-Norm")]
+    assert [list(line.get_xdata()) for line in layers] == [[1, 2, 3], [1, 2, 3]]  # the layer lines stop at layer 3
+    np.testing.assert_allclose(layers[0].get_ydata(), [1.1, 1.2, 1.3])
+    finals = [line for line in ax.get_lines() if line.get_marker() == "s"]
+    assert len(finals) == 2 and all(list(line.get_xdata()) == [4] for line in finals)
+    assert finals[0].get_markersize() > finals[1].get_markersize()  # equal values: both squares stay visible
+    assert [t.get_text() for t in ax.get_xticklabels()][-1] == "final\nnorm"
+    with pytest.raises(TypeError, match="pair"):
+        plotting.stack_scale({"a": [1.0, 2.0]})  # type: ignore[dict-item]
+    with pytest.raises(ValueError, match="same number of layers"):
+        plotting.stack_scale({"a": ([1.0, 2.0], 1.0), "b": ([1.0], 1.0)})
+    with pytest.raises(ValueError, match="at least one"):
+        plotting.stack_scale({})
+
+
 def test_no_warnings_when_drawing() -> None:
     x, mask = _batch()
     with warnings.catch_warnings():
@@ -115,6 +146,7 @@ def test_no_warnings_when_drawing() -> None:
         plotting.normalization_axes_cube()
         plotting.normalization_axes_unfolded()
         plotting.normalization_statistics(x, mask)
+        plotting.stack_scale({"a": ([1.0, 2.0], 1.0)})
 
 
 def test_norm_placement_seeds_draws_one_line_per_seed() -> None:

@@ -190,20 +190,23 @@ class GPT(nn.Module):
         """An empty KV cache for `forward(idx, cache=...)`: each layer's keys and values, and the length so far."""
         return DecoderCache.empty(self.config.n_layers)
 
-    def forward(self, idx: Tensor, cache: DecoderCache | None = None) -> Tensor:
+    def forward(self, idx: Tensor, cache: DecoderCache | None = None, *, through_modules: bool = False) -> Tensor:
         """Logits for the token after each position of `idx`.
 
         Args:
             idx: token ids (B, T), an integer tensor with ids in [0, vocab_size) and T <= block_size.
             cache: optional KV cache (`new_cache()`); `idx` then holds only the NEW tokens, at positions
                 cache.length, ..., cache.length + T - 1, and the cache is extended with them.
+            through_modules: with a cache and one new token, run the step through the modules even where
+                `_decode_step` may run it straight from the weights (the same numbers; for timing or reading).
 
         Shape:
             idx (B, T) -> logits (B, T, V).
         """
         start = self._check_idx(idx, cache)
+        check_bool("through_modules", through_modules)
         length = idx.shape[1]
-        if cache is not None and length == 1:
+        if cache is not None and length == 1 and not through_modules:
             plan = _decode_plan(self)
             if plan is not None:
                 return _decode_step(self, idx, cache, plan)  # one token: the same result without the modules
@@ -265,6 +268,7 @@ class GPT(nn.Module):
         generator: torch.Generator | None = None,
         *,
         use_cache: bool = True,
+        through_modules: bool = False,
         return_logits: bool = False,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """Extend `idx` by `max_new_tokens` sampled tokens, one at a time (chapter 10).
@@ -278,9 +282,11 @@ class GPT(nn.Module):
         slide once the context is full: dropping the oldest token shifts every remaining token to the position
         before, so their position embeddings, hence every key and value of every layer above the embeddings,
         change. The cache must then be rebuilt from the cropped context (the last block_size tokens): a full
-        forward pass, as without a cache. A cache built from a full context has no room for the next token, so
-        it would be rebuilt again at the very next step; it is therefore not kept: from the step where the
-        context reaches block_size on, each step is that full forward pass over the cropped context. Past
+        forward pass, as without a cache. (Positions that did not move would not be enough either: above the
+        first layer every cached key and value was computed from hidden states that attended to the dropped
+        token.) A cache built from a full context has no room for the next token, so it would be rebuilt again
+        at the very next step; it is therefore not kept: from the step where the context reaches block_size on,
+        each step is that full forward pass over the cropped context. Past
         block_size the cache saves nothing, and the tokens stay exactly those of recomputation (tested); the
         speed-up is for the first block_size - T0 new tokens. Generation runs in eval mode (dropout off) and
         restores the mode afterwards.
@@ -296,6 +302,9 @@ class GPT(nn.Module):
                 at least top_p; None (or 1.0) keeps all.
             generator: a `torch.Generator` for the sampling; the same seed gives the same tokens.
             use_cache: run with the KV cache (True) or recompute the whole context every step (False).
+            through_modules: with the cache, run every one-token step through the modules (`_cached_layer`)
+                instead of `_decode_step`, which computes the same numbers straight from the weights (see the
+                comment above it): the same tokens, slower. For measuring what the cache alone saves.
             return_logits: also return each step's logits, before temperature and filtering.
 
         Returns:
@@ -311,6 +320,7 @@ class GPT(nn.Module):
         if generator is not None and not isinstance(generator, torch.Generator):
             raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
         check_bool("use_cache", use_cache)
+        check_bool("through_modules", through_modules)
         check_bool("return_logits", return_logits)
 
         was_training = self.training
@@ -320,7 +330,8 @@ class GPT(nn.Module):
             tokens = idx
             steps: list[Tensor] = []
             cache: DecoderCache | None = None
-            plan = _decode_plan(self) if use_cache else None  # None: every step goes through the modules
+            # None: every step goes through the modules
+            plan = _decode_plan(self) if use_cache and not through_modules else None
             for _ in range(max_new_tokens):
                 context = tokens[:, -block_size:]  # (B, <= block_size), cropped
                 if not use_cache or context.shape[1] == block_size:
@@ -334,7 +345,7 @@ class GPT(nn.Module):
                 elif plan is not None:  # only the newest token, checked by construction: straight to the step
                     logits = _decode_step(self, tokens[:, -1:], cache, plan)[:, -1]  # (B, V)
                 else:
-                    logits = self(tokens[:, -1:], cache)[:, -1]  # (B, V), only the newest token
+                    logits = self(tokens[:, -1:], cache, through_modules=through_modules)[:, -1]  # (B, V)
                 steps.append(logits)
                 next_token = _sample(logits, temperature, top_k, top_p, generator)  # (B, 1)
                 tokens = torch.cat([tokens, next_token], dim=1)  # (B, T + 1)
@@ -645,7 +656,8 @@ def _cached_layer(layer: EncoderLayer, x: Tensor, mask: Tensor | None, cache: La
 # (D,) instead of a (1, 1, D) tensor, so that each product is a matrix-vector product. It runs only where the
 # modules could not compute anything else: every module of the model is of the course's own class (not a
 # subclass), none has a hook or a replaced `forward`, and no dropout is active. Otherwise (a hook to read
-# activations, say, or training with dropout) the step goes through the modules (`_cached_layer`).
+# activations, say, or training with dropout) the step goes through the modules (`_cached_layer`), and so it does
+# when asked: `generate(..., through_modules=True)` or `model(idx, cache, through_modules=True)`.
 
 _HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
 

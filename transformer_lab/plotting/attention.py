@@ -81,12 +81,16 @@ def attention_grid(
     query_labels: Sequence[str] | None = None,
     title: str = "attention weights",
     row_names: Sequence[str] | None = None,
+    x_title: str = "key (attended to)",
+    y_title: str = "query (attending)",
 ) -> Figure:
     """A grid of attention maps: one row per layer, one column per head.
 
     Args:
         weights: (L, H, T, S) for L layers (a list of (H, T, S) tensors works too), or (H, T, S) for one layer.
         row_names: a name for each row (default "layer 1", "layer 2", ...).
+        x_title, y_title: the axis titles, written once for the whole grid (the same words as
+            `attention_heatmap`'s); pass "" to leave one out.
     """
     if isinstance(weights, (list, tuple)):
         values = np.stack([to_numpy(w, "weights") for w in weights])
@@ -122,6 +126,11 @@ def attention_grid(
     # one colour scale for every panel, drawn once
     fig.colorbar(axes[0, 0].get_images()[0], ax=axes.ravel().tolist(), shrink=0.8, label="weight")
     fig.suptitle(title)
+    with course_style():
+        if x_title:  # columns: the keys, along the bottom of the grid
+            fig.supxlabel(x_title, fontsize="medium")
+        if y_title:  # rows: the queries, down its left side
+            fig.supylabel(y_title, fontsize="medium")
     return fig
 
 

@@ -192,15 +192,19 @@ def rotation_pairs(
     offset: int,
     pairs: Sequence[int] = (0, 1, 2),
     title: str = "PE(pos + k) is PE(pos) turned, pair by pair",
+    zoom_below: float = 0.2,
 ) -> Figure:
     """One panel per pair of dimensions (2i, 2i + 1): the circle the pair walks on, PE(pos) and PE(pos + k).
 
     Each pair (sin(pos w_i), cos(pos w_i)) lies on the unit circle; k steps on turn it by the angle
-    k * w_i, the same whatever pos is.
+    k * w_i, the same whatever pos is. The turn is drawn as an arc along the circle, and each panel's title
+    gives its angle. A turn shorter than `zoom_below` radians is also drawn enlarged in an inset inside the
+    circle, where it would otherwise be a dot.
 
     Args:
         pe: (positions, D) table with position + offset < positions.
         pairs: the indices i of the pairs to draw.
+        zoom_below: turns (in radians, taken from the table) below this get the enlarged inset; 0 for none.
     """
     values = _table(pe)
     n, d = values.shape
@@ -210,20 +214,53 @@ def rotation_pairs(
         raise ValueError("pairs must name at least one pair of dimensions")
     for i in pairs:
         _check_index("pairs", i, d // 2, "the index i of dimensions 2i and 2i + 1")
-    fig, axes = new_figure(1, len(pairs), size=(2.9 * len(pairs), 3.1))
+    fig, axes = new_figure(1, len(pairs), size=(2.9 * len(pairs), 3.3))
     theta = np.linspace(0.0, 2 * np.pi, 200)
     with course_style():
         for ax, i in zip(axes[0], pairs, strict=True):
-            ax.plot(np.cos(theta), np.sin(theta), color="#bbbbbb", lw=0.8)
-            ax.plot(values[:, 2 * i], values[:, 2 * i + 1], ".", color="#9ecae1", ms=2, label="all positions")
             a, b = values[position, 2 * i : 2 * i + 2], values[position + offset, 2 * i : 2 * i + 2]
-            ax.annotate("", xy=b, xytext=a, arrowprops={"arrowstyle": "->", "color": "#d62728", "lw": 1.4})
-            ax.plot(*a, "o", color="#1f77b4", label=f"pos = {position}")
-            ax.plot(*b, "o", color="#d62728", label=f"pos + {offset}")
-            ax.set_aspect("equal")
+            # a point (sin t, cos t) sits at angle t, measured clockwise from the top of the circle
+            start, turn = np.arctan2(a[0], a[1]), np.arctan2(b[0], b[1]) - np.arctan2(a[0], a[1])
+            turn = (turn + np.pi) % (2 * np.pi) - np.pi  # the shorter way round, in (-pi, pi]
+            arc = start + np.linspace(0.0, turn, 100)
+            targets = [ax]
+            if 0 < abs(turn) < zoom_below:
+                inset = ax.inset_axes([0.27, 0.27, 0.46, 0.46])  # inside the circle, which is always empty
+                half = max(0.7 * np.hypot(*(b - a)), 0.01)
+                middle = (a + b) / 2
+                inset.set_xlim(middle[0] - half, middle[0] + half)
+                inset.set_ylim(middle[1] - half, middle[1] + half)
+                inset.set_xticks([])
+                inset.set_yticks([])
+                for side in ("top", "right"):
+                    inset.spines[side].set_visible(True)
+                inset.set_title("enlarged", fontsize=7, pad=2)
+                ax.indicate_inset_zoom(inset, edgecolor="#7f7f7f")
+                targets.append(inset)
+            for target in targets:
+                main = target is ax
+                target.plot(np.sin(theta), np.cos(theta), color="#bbbbbb", lw=0.8)
+                target.plot(
+                    values[:, 2 * i],
+                    values[:, 2 * i + 1],
+                    ".",
+                    color="#9ecae1",
+                    ms=2 if main else 4,
+                    label="all positions",
+                )
+                target.plot(np.sin(arc), np.cos(arc), color="#d62728", lw=2.0, label=f"turn by {offset} steps")
+                target.annotate(
+                    "",
+                    xy=b,
+                    xytext=(np.sin(arc[-5]), np.cos(arc[-5])),
+                    arrowprops={"arrowstyle": "->", "color": "#d62728", "lw": 1.4},
+                )
+                target.plot(*a, "o", color="#1f77b4", ms=6 if main else 7, label=f"pos = {position}")
+                target.plot(*b, "o", color="#d62728", ms=6 if main else 7, label=f"pos + {offset}")
+                target.set_aspect("equal")
             ax.set_xlim(-1.25, 1.25)
             ax.set_ylim(-1.25, 1.25)
-            ax.set_title(f"dims {2 * i}, {2 * i + 1}")
+            ax.set_title(f"dims {2 * i}, {2 * i + 1}: turn {abs(turn):.2f} rad")
             ax.set_xlabel(f"sin (dim {2 * i})")
             ax.set_ylabel(f"cos (dim {2 * i + 1})")
         axes[0, -1].legend(loc="lower left", fontsize=7)
@@ -236,23 +273,47 @@ def value_histograms(
     title: str = "values that get added together",
     bins: int = 60,
     ax: Axes | None = None,
+    y_max: float | None = None,
 ) -> Figure:
-    """Overlaid histograms of the entries of several tensors (e.g. a scaled embedding and the encoding)."""
+    """Overlaid histograms of the entries of several tensors (e.g. a scaled embedding and the encoding).
+
+    Args:
+        series: {name: tensor}; every entry of each tensor is counted, with bins shared by all series.
+        bins: the number of bins over the range of all the values.
+        y_max: cut the density axis at this height so that the wide distributions stay readable next to a
+            narrow spike; a bar that goes higher is drawn cut off, with its real height written above it.
+    """
     check_mapping("series", series)
     if not series:
         raise ValueError("series must hold at least one named tensor")
     if isinstance(bins, bool) or not isinstance(bins, int) or bins < 1:
         raise ValueError(f"bins must be a positive int, got {bins!r}")
+    if y_max is not None and (isinstance(y_max, bool) or not isinstance(y_max, (int, float)) or not y_max > 0):
+        raise ValueError(f"y_max must be a positive number or None, got {y_max!r}")
     ax = _axes(ax, (6.0, 3.2))
     with course_style():
         arrays = {name: to_numpy(values, f"series[{name!r}]").ravel() for name, values in series.items()}
         everything = np.concatenate(list(arrays.values()))
         edges = np.linspace(everything.min(), everything.max(), bins + 1) if everything.size else bins
         for name, values in arrays.items():
-            ax.hist(values, bins=edges, alpha=0.55, density=True, label=name)  # shared bins: comparable heights
+            heights, edges_used, patches = ax.hist(values, bins=edges, alpha=0.55, density=True, label=name)
+            if y_max is not None and heights.size and heights.max() > y_max:  # cut off: say how high it goes
+                k = int(heights.argmax())
+                ax.text(
+                    (edges_used[k] + edges_used[k + 1]) / 2,
+                    0.97 * y_max,
+                    f"{name}: density {heights[k]:.1f} ↑ ",
+                    ha="right",
+                    va="top",
+                    fontsize=8,
+                    color=patches[k].get_facecolor(),
+                    alpha=1.0,
+                )
+        if y_max is not None:
+            ax.set_ylim(0, y_max)
         ax.set_title(title)
         ax.set_xlabel("value of one entry")
-        ax.set_ylabel("density")
+        ax.set_ylabel("density" if y_max is None else f"density (cut at {y_max:g})")
         ax.legend(fontsize=8)
     return ax.figure
 

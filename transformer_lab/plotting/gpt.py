@@ -88,12 +88,21 @@ def recipe_curves(
     return fig
 
 
-def sampling_filters(rows: Mapping[str, object], labels: Sequence[str], title: str = "") -> Figure:
+def sampling_filters(
+    rows: Mapping[str, object], labels: Sequence[str], title: str = "", show: int | None = None
+) -> Figure:
     """Next-token distributions side by side: one panel per sampling setting (chapter 10).
 
+    Each panel's title says how many tokens of the whole vocabulary the setting leaves a probability above 0,
+    i.e. how many it can still draw: temperature reshapes the distribution and keeps every token; top-k and
+    top-p set the others to 0.
+
     Args:
-        rows: {setting name: probabilities (V,)}, e.g. softmax(filter_logits(logits / T, top_k, top_p)).
+        rows: {setting name: probabilities (V,)} over the whole vocabulary, e.g.
+            softmax(filter_logits(logits / T, top_k, top_p)).
         labels: V labels (the characters), drawn under the bars.
+        show: draw only this many tokens, the most likely under the first setting, in vocabulary order
+            (None: all V). The counts in the titles are over all V either way.
     """
     if not isinstance(rows, Mapping) or not rows:
         raise TypeError("rows must be a non-empty dict {setting: probabilities (V,)}")
@@ -101,15 +110,23 @@ def sampling_filters(rows: Mapping[str, object], labels: Sequence[str], title: s
     for name, p in values.items():
         if p.ndim != 1 or len(p) != len(labels):
             raise ValueError(f"rows[{name!r}] must have one probability per label ({len(labels)}), got {p.shape}")
+    vocab = len(labels)
+    if show is None:
+        shown = np.arange(vocab)
+    elif isinstance(show, bool) or not isinstance(show, int) or not 1 <= show <= vocab:
+        raise ValueError(f"show must be None or an int in [1, {vocab}], got {show!r}")
+    else:
+        first = next(iter(values.values()))
+        shown = np.sort(np.argsort(-first, kind="stable")[:show])  # the most likely, in vocabulary order
     fig, axes = new_figure(1, len(values), size=(2.6 * len(values) + 0.6, 3.0))
     with course_style():
         for ax, (name, p) in zip(axes[0], values.items(), strict=True):
-            kept = int((p > 0).sum())
-            ax.bar(range(len(p)), p, color="#1f77b4")
-            ax.set_xticks(range(len(p)))
-            ax.set_xticklabels(list(labels), fontsize=7)
+            possible = int((p > 0).sum())  # over the whole vocabulary, shown or not
+            ax.bar(range(len(shown)), p[shown], color="#1f77b4")
+            ax.set_xticks(range(len(shown)))
+            ax.set_xticklabels([labels[i] for i in shown], fontsize=7)
             ax.set_ylim(0, 1)
-            ax.set_title(f"{name}\n{kept} kept")
+            ax.set_title(f"{name}\n{possible} of {vocab} can be drawn")
         axes[0, 0].set_ylabel("probability")
     if title:
         fig.suptitle(title)
@@ -182,6 +199,6 @@ def sample_rates(rates: Mapping[str, Mapping[str, float]], title: str = "") -> F
         ax.set_xticklabels(list(rates))
         ax.set_ylim(0, 1.12)
         ax.set_ylabel("share of samples")
-        ax.legend(loc="upper left")
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))  # beside the axes: it covers no bar
         ax.set_title(title)
     return fig

@@ -36,6 +36,7 @@ __all__ = [
     "layer_norm_error_vs_width",
     "activation_functions",
     "gradient_norms_per_layer",
+    "stack_scale",
     "norm_placement_training",
     "norm_placement_seeds",
 ]
@@ -45,6 +46,8 @@ _PAD = "#d9d9d9"  # a padded cell
 _BATCH = "#d62728"  # the cells of one BatchNorm statistic
 _LAYER = "#2ca02c"  # the cells of one LayerNorm statistic
 _COLOURS = [c["color"] for c in STYLE["axes.prop_cycle"]]  # the course's line colours, in order
+_OVER_REAL = "the real tokens only, padding masked out (tl.BatchNorm(D)(x, mask))"  # the two BatchNorm bars
+_OVER_ALL = "every position, padding included (nn.BatchNorm1d)"
 
 
 def _lengths_or_full(lengths: Sequence[int] | None, batch: int, length: int) -> list[int]:
@@ -154,8 +157,9 @@ def normalization_statistics(x: torch.Tensor, mask: torch.Tensor | None = None, 
 
     Top row: the per-feature mean and variance over the batch (the first `feature_limit` features),
     computed over real tokens only (`tl.BatchNorm(D)(x, mask)`) and counting padding too (what
-    `nn.BatchNorm1d` does). Bottom row: the per-token mean and variance, one per (sequence,
-    position), with padded positions blank (chapter 04).
+    `nn.BatchNorm1d` does); one legend above the two panels names the two kinds of bar. Bottom row:
+    the per-token mean and variance, one per (sequence, position), with padded positions blank
+    (chapter 04).
 
     Shape:
         x (B, T, D), mask (B, T) bool (True = real token) or None.
@@ -176,13 +180,21 @@ def normalization_statistics(x: torch.Tensor, mask: torch.Tensor | None = None, 
             (axes[0, 0], mean_real, mean_all, "mean"),
             (axes[0, 1], var_real, var_all, "variance"),
         ):
-            ax.bar(features - 0.2, to_numpy(real)[:n], width=0.4, label="real tokens only (tl.BatchNorm + mask)")
-            ax.bar(features + 0.2, to_numpy(counted)[:n], width=0.4, label="padding counted (nn.BatchNorm1d)")
+            ax.bar(features - 0.2, to_numpy(real)[:n], width=0.4, label=_OVER_REAL)
+            ax.bar(features + 0.2, to_numpy(counted)[:n], width=0.4, label=_OVER_ALL)
             ax.set_title(f"BatchNorm: per-feature {what} ({x.shape[-1]} numbers)")
             ax.set_xlabel("feature d")
             ax.set_ylabel(what)
             ax.axhline(0.0, color="black", linewidth=0.6)
-        axes[0, 0].legend(fontsize=8)
+        # one legend for both bar panels, above them: inside an axes it would hide bars
+        fig.legend(
+            *axes[0, 0].get_legend_handles_labels(),
+            loc="outside upper center",
+            ncols=2,
+            fontsize=9,
+            title="BatchNorm bars: each feature's statistic computed over",
+            title_fontsize=9,
+        )
     b, t = x.shape[:2]
     heatmap(
         axes[1, 0],
@@ -289,6 +301,61 @@ def gradient_norms_per_layer(
     for line in ax.get_lines():
         line.set_marker("o")
         line.set_markersize(3)
+    return ax.figure
+
+
+def stack_scale(
+    series: Mapping[str, tuple[Sequence[float], float]],
+    title: str = "size of the token vectors through a stack",
+    y_title: str = "mean std per token",
+    ax: Axes | None = None,
+) -> Figure:
+    """A size measured after each layer of a stack, then after the stack's final norm (chapter 06).
+
+    The layers are drawn as one line with round markers; the final norm, which is not a layer, as a separate
+    hollow square to the right of a dashed separator, joined to the last layer by a dotted segment (the squares
+    of later series are drawn smaller, so that equal values stay visible).
+
+    Args:
+        series: {name: (one value per layer, the value after the final norm)}.
+    """
+    check_mapping("series", series)
+    if not series:
+        raise ValueError("series must hold at least one named stack")
+    if ax is None:
+        ax = new_figure(size=(6.0, 3.3))[1][0, 0]
+    n_layers = 0
+    with course_style():
+        for i, (name, value) in enumerate(series.items()):
+            colour = _COLOURS[i % len(_COLOURS)]
+            if not (isinstance(value, tuple) and len(value) == 2):
+                raise TypeError(
+                    f"series[{name!r}] must be a pair (one value per layer, the value after the final norm)"
+                )
+            per_layer = to_numpy(value[0], f"series[{name!r}] layers")
+            final = to_numpy(value[1], f"series[{name!r}] final norm")
+            if per_layer.ndim != 1 or per_layer.size == 0 or final.size != 1:
+                raise ValueError(
+                    f"series[{name!r}] must hold one value per layer (a 1-D list) and one number after the final norm"
+                )
+            if n_layers and per_layer.size != n_layers:
+                raise ValueError(
+                    f"every stack must have the same number of layers, got {n_layers} and {per_layer.size}"
+                )
+            n_layers = per_layer.size
+            layers = np.arange(1, n_layers + 1)
+            ax.plot(layers, per_layer, "o-", color=colour, markersize=4, label=name)
+            ax.plot([n_layers, n_layers + 1], [per_layer[-1], final.item()], ":", color=colour, linewidth=1.2)
+            size = max(9 - 3 * i, 4)  # nested squares: equal values after the final norm all stay visible
+            ax.plot([n_layers + 1], [final.item()], "s", color=colour, markersize=size, markerfacecolor="none")
+        ax.axvline(n_layers + 0.5, color="#7f7f7f", linewidth=0.8, linestyle="--")
+        ax.set_xticks(list(range(1, n_layers + 2)))
+        ax.set_xticklabels([str(i) for i in range(1, n_layers + 1)] + ["final\nnorm"])
+        ax.set_xlim(0.5, n_layers + 1.6)
+        ax.set_title(title)
+        ax.set_xlabel("after layer (the squares: after the stack's final norm, which is not a layer)")
+        ax.set_ylabel(y_title)
+        ax.legend()
     return ax.figure
 
 
