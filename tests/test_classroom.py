@@ -290,7 +290,7 @@ def test_grader_threads_compute_their_references_one_at_a_time(monkeypatch):
     import textwrap
 
     source = textwrap.dedent(inspect.getsource(ch06_encoder._from_pytorch_reference))
-    setup = "import torch\nfrom torch import nn\nimport transformer_lab as tl\nfrom transformer_lab.encoder import EncoderLayer\n"
+    setup = "import torch\nfrom torch import nn\nfrom transformer_lab.encoder import EncoderLayer\n"
     cells = [("setup", setup), ("answer", source.replace("def _from_pytorch_reference(", "def from_pytorch_layer(", 1))]
     grades = [None, None]
 
