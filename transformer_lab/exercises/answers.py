@@ -1,22 +1,24 @@
-"""A student version without the answers: expected results stored with the cases, references removed.
+"""A student version without the answers: expected results stored with the cases, answers removed.
 
 A teacher who grades the exercises may hand out the course without `solution()` and without the
 exercises' reference code (`python tools/classroom.py student`, the default; `--with-solutions` keeps
 them). `write_stored(folder)` runs, in the student's copy of this package, once when the copy is made:
 
 1. it computes every exercise's expected result on each visible case with the reference and stores them
-   in `expected.pt` beside this file (plain tensors and numbers, read with `weights_only=True`);
-2. it rewrites each chapter module so that the functions named as an exercise's `reference=` keep their
-   signature and docstring but have no body (they raise if called).
+   in `expected.pt` beside this file (plain tensors and numbers, read with `weights_only=True`); a
+   predict exercise's answer is stored only sealed (a salted hash, `sealed.py`) and its "why" encrypted
+   with a key only the right answer gives;
+2. it rewrites each chapter module with `strip.strip_source`: no reference (a stub that raises), no
+   known-wrong answers, no recognised mistakes, no shortcuts, no helper that only those use; the
+   explanations of known wrong predictions stay, their keys written out as values.
 
 The checks then compare with the stored results (`Exercise` reads `expected.pt` when it is present), so
-every visible check works as before; `solution()` says that this version has none. Wrong answers, hints
-and the cases themselves stay: they give nothing away that the check cell does not already show.
+every visible check works as before; `solution()` says that this version has none. Hints and the cases
+stay: they give nothing away that the check cell does not already show.
 """
 
 from __future__ import annotations
 
-import ast
 import importlib
 import pathlib
 import pkgutil
@@ -25,7 +27,6 @@ from typing import Any
 import torch
 
 STORE = "expected.pt"
-REMOVED = "the reference answer is not in the student version of the course"
 
 
 def _plain(value: Any) -> Any:
@@ -40,41 +41,6 @@ def _plain(value: Any) -> Any:
     if isinstance(value, dict):
         return {k: _plain(v) for k, v in value.items()}
     return value
-
-
-def _reference_names(tree: ast.Module) -> set[str]:
-    names = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Exercise":
-            for keyword in node.keywords:
-                if keyword.arg == "reference" and isinstance(keyword.value, ast.Name):
-                    names.add(keyword.value.id)
-            if len(node.args) >= 2 and isinstance(node.args[1], ast.Name):
-                names.add(node.args[1].id)
-    return names
-
-
-def strip_module(source: str) -> str:
-    """The module's source with every reference function's body replaced by a `raise`."""
-    tree = ast.parse(source)
-    names = _reference_names(tree)
-    lines = source.splitlines(keepends=True)
-    for node in sorted(
-        (n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in names),
-        key=lambda n: n.lineno,
-        reverse=True,
-    ):
-        body = node.body
-        first = 1 if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) else 0
-        start = body[first].lineno if first < len(body) else node.end_lineno + 1
-        end = node.end_lineno
-        indent = " " * (node.col_offset + 4)
-        replacement = [f"{indent}raise NotImplementedError({REMOVED!r})\n"]
-        if first < len(body):
-            lines[start - 1 : end] = replacement
-        else:  # a body that is only a docstring: add the raise after it
-            lines[end:end] = replacement
-    return "".join(lines)
 
 
 def write_stored(folder: str, salt: str | None = None) -> dict[str, int]:
