@@ -192,6 +192,16 @@ def command(
         "--clearenv",
         "--hostname",
         "sandbox",
+        # /proc, /dev and the scratch /tmp first: a bind mount below /tmp (a venv in a temporary folder) must
+        # go on top of the tmpfs, not under it
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--size",
+        str(limits.tmp_mib << 20),
+        "--tmpfs",
+        "/tmp",
         "--ro-bind",
         "/usr",
         "/usr",
@@ -213,7 +223,6 @@ def command(
     args += ["--ro-bind", str(package / "transformer_lab"), f"{INSIDE}/transformer_lab"]
     args += ["--ro-bind", assets, f"{INSIDE}/transformer_lab/assets"]
     args += ["--ro-bind", str(font_cache), FONT_CACHE]
-    args += ["--proc", "/proc", "--dev", "/dev", "--size", str(limits.tmp_mib << 20), "--tmpfs", "/tmp"]
     # the repository and the course directory stay hidden even where a mounted tree holds them
     for secret in dict.fromkeys([str(PACKAGE.parent), *(os.path.realpath(h) for h in hide)]):
         if secret != "/" and _under(secret, mounted) and not _under(secret, [str(package)]):
