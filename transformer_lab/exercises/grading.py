@@ -394,6 +394,37 @@ def grade_exercise(
     return grade
 
 
+def _blank(source: str) -> set[str]:
+    """The functions a cell defines if it is a blank answer (every function's body only `raise
+    NotImplementedError`, as the student version hands it out), else an empty set."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return set()
+    names = set()
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef):
+            return set()
+        body = node.body[1:] if node.body and isinstance(node.body[0], ast.Expr) else node.body
+        if len(body) != 1 or not isinstance(body[0], ast.Raise):
+            return set()
+        raised = body[0].exc
+        target = raised.func if isinstance(raised, ast.Call) else raised
+        if not (isinstance(target, ast.Name) and target.id == "NotImplementedError"):
+            return set()
+        names.add(node.name)
+    return names
+
+
+def blank_grade(exercise: Exercise, max_points: float) -> ExerciseGrade:
+    """The grade of an exercise left blank: 0 points, "not done yet" for each case, nothing run."""
+    grade = ExerciseGrade(exercise.name, 0.0, max_points)
+    grade.cases = _all_cases(exercise, _m("grading.not_done"))
+    return grade
+
+
 def refused_grade(exercise: Exercise, max_points: float, findings: list[str]) -> ExerciseGrade:
     """The grade of an exercise whose answer the static check refused: 0 points, each case saying why."""
     grade = ExerciseGrade(exercise.name, 0.0, max_points, refused=list(findings))
@@ -553,6 +584,7 @@ def grade_notebook(
             result.problems.append(f"locked cell {meta['grade_id']!r} was edited")
     answers: list[tuple[str, str]] = []
     refused: list[str] = []  # the static check's findings in this exercise's answer cells
+    own: list[str] = []  # this exercise's own answer cells (since the previous check cell)
     module = __import__(f"transformer_lab.exercises.{modules[0]}", fromlist=["_"]) if modules else None
     server: SandboxServer | None = None
     try:
@@ -576,6 +608,7 @@ def grade_notebook(
                     )
                     continue
                 answers.append((f"answer {meta['grade_id']}", text))
+                own.append(text)
             if meta.get("grade") and cell.get("cell_type") == "code":
                 match = _CHECK_LINE.search(_source(cell))
                 if not match or module is None:
@@ -585,9 +618,11 @@ def grade_notebook(
                     result.problems.append(f"the teacher's check cell {meta['grade_id']!r} names no known exercise")
                     continue
                 points = float(meta.get("points", 1))
+                blank = own and all(_blank(text) for text in own) and match.group(2) in set().union(*map(_blank, own))
                 if refused:
                     grade = refused_grade(exercise, points, refused)
-                    refused = []
+                elif blank:  # handed in as handed out: nothing to run
+                    grade = blank_grade(exercise, points)
                 else:
                     if server is None or not server.alive():
                         if server is not None:
@@ -610,6 +645,7 @@ def grade_notebook(
                         f"({stopped[0].split(': ')[0]})"
                     )
                 result.exercises.append((meta["grade_id"], grade))
+                refused, own = [], []
     finally:
         if server is not None:
             server.close()
