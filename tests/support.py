@@ -6,6 +6,7 @@ environment variable set) the same thing is a failure, so a missing install step
 
 from __future__ import annotations
 
+import functools
 import os
 
 import pytest
@@ -22,3 +23,17 @@ def require(condition: bool, reason: str) -> None:
     if under_ci():
         pytest.fail(f"{reason} (CI is set, so this is a failure rather than a skip)")
     pytest.skip(reason)
+
+
+@functools.cache
+def _sandbox_reason() -> str | None:
+    from transformer_lab.exercises.sandbox import probe
+
+    return probe()
+
+
+def require_sandbox() -> None:
+    """Grading runs each submission in a bubblewrap sandbox: skip (locally) or fail (under CI) where none can be
+    made, saying why (docs/teaching.md, "The sandbox", says how to install it)."""
+    reason = _sandbox_reason()
+    require(reason is None, f"grading needs its sandbox, which cannot be made here: {reason}")

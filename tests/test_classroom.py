@@ -17,6 +17,7 @@ import shutil
 
 import nbformat
 import pytest
+from support import require_sandbox
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "fixtures" / "classroom" / "98_sample.ipynb"
@@ -241,6 +242,7 @@ def test_the_fixture_follows_the_pattern():
 
 @pytest.mark.slow
 def test_the_source_edition_gets_full_marks_in_every_chapter(tmp_path):
+    require_sandbox()
     """Every chapter's answers (the source edition), handed in as they are, get every point, with no problem."""
     if not NOTEBOOKS:
         pytest.fail("no chapter notebook matches notebooks/solutions/[0-9][0-9]_*.ipynb")
@@ -260,6 +262,7 @@ def test_the_source_edition_gets_full_marks_in_every_chapter(tmp_path):
 
 
 def test_grader_threads_compute_their_references_one_at_a_time(monkeypatch):
+    require_sandbox()
     """grade_folder grades in threads. A case's inputs seed and draw from torch's one global generator (chapter
     06's cases do), so two threads computing hidden inputs at once would draw each other's numbers: the
     reference would then answer other inputs than the student's function got, and a right answer lose points

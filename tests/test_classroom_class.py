@@ -21,6 +21,7 @@ import time
 
 import pytest
 import torch
+from support import require_sandbox
 from test_classroom import NOTEBOOKS, ROOT, classroom
 
 from transformer_lab.exercises.core import compare
@@ -95,6 +96,7 @@ sys.modules["transformer_lab.exercises.grading"] = None
 
 @pytest.fixture(scope="module")
 def klass(tmp_path_factory):
+    require_sandbox()
     if len(CHAPTERS) != 2:
         pytest.fail("the simulated class needs chapters 02 and 04 in notebooks/solutions/")
     tmp = tmp_path_factory.mktemp("class")

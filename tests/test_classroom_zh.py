@@ -13,6 +13,7 @@ import json
 import re
 
 import pytest
+from support import require_sandbox
 from test_classroom import ROOT, classroom
 
 from transformer_lab.exercises.grading import GradingSession  # noqa: F401  (the grading machinery is importable)
@@ -25,6 +26,7 @@ SECRET = 17
 
 @pytest.fixture(scope="module")
 def classes(tmp_path_factory):
+    require_sandbox()
     if not ZH:
         pytest.fail("notebooks/zh/solutions/02_masking.ipynb is missing: run python tools/translate.py")
     tmp = tmp_path_factory.mktemp("zh-class")
