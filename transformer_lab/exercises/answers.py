@@ -29,20 +29,6 @@ import torch
 STORE = "expected.pt"
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.detach().cpu().clone()
-    if isinstance(value, torch.Size):
-        return tuple(value)
-    if isinstance(value, tuple):
-        return tuple(_plain(v) for v in value)
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    return value
-
-
 def write_stored(folder: str, salt: str | None = None) -> dict[str, int]:
     """Store the expected results of every exercise in `folder`'s package, then strip the modules.
 
@@ -57,7 +43,7 @@ def write_stored(folder: str, salt: str | None = None) -> dict[str, int]:
 
     from transformer_lab import i18n
     from transformer_lab.exercises import sealed
-    from transformer_lab.exercises.core import Exercise
+    from transformer_lab.exercises.core import Exercise, _plain_result
     from transformer_lab.exercises.strip import strip_source
 
     salt = salt or secrets.token_hex(16)
@@ -79,7 +65,7 @@ def write_stored(folder: str, salt: str | None = None) -> dict[str, int]:
                 for case in value.cases:
                     try:
                         with torch.no_grad():
-                            results.append(_plain(value._run(value.reference, *case.inputs())))
+                            results.append(_plain_result(value._run(value.reference, *case.inputs())))
                     except Exception as exc:  # a case that expects an error: store its type's name
                         results.append({"__raises__": type(exc).__name__})
                 key = f"{info.name}.{value.name}"

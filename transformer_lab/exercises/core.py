@@ -794,13 +794,16 @@ def describe_error(exc: BaseException) -> str:
 
 
 def _plain_result(value: Any) -> Any:
-    """A result as the comparison reads it: tensors detached, sequences and dicts of them."""
+    """A result as the comparison reads it and a student version stores it: tensors detached and copied to the
+    CPU, a torch.Size a tuple, sequences and dicts of them."""
     if isinstance(value, Tensor):
-        return value.detach()
+        return value.detach().cpu().clone()
     if isinstance(value, torch.Size):
         return tuple(value)
-    if isinstance(value, (tuple, list)):
-        return type(value)(_plain_result(v) for v in value)
+    if isinstance(value, tuple):
+        return tuple(_plain_result(v) for v in value)
+    if isinstance(value, list):
+        return [_plain_result(v) for v in value]
     if isinstance(value, dict):
         return {k: _plain_result(v) for k, v in value.items()}
     return value

@@ -36,6 +36,7 @@ import hashlib
 import pathlib
 import re
 import shutil
+import sys
 import tempfile
 import threading
 from dataclasses import dataclass, field
@@ -435,14 +436,14 @@ def refused_grade(exercise: Exercise, max_points: float, findings: list[str]) ->
 
 
 def _module_of(exercise: Exercise) -> str:
-    for name, module in list(__import__("sys").modules.items()):
+    for name, module in list(sys.modules.items()):
         if name.startswith("transformer_lab.exercises.") and any(v is exercise for v in vars(module).values()):
             return name
     raise ValueError(f"exercise {exercise.name!r} is not defined in a transformer_lab.exercises module")
 
 
 def _attribute_of(exercise: Exercise) -> str:
-    module = __import__("sys").modules[_module_of(exercise)]
+    module = sys.modules[_module_of(exercise)]
     for attribute, value in vars(module).items():
         if value is exercise:
             return attribute
@@ -618,7 +619,8 @@ def grade_notebook(
                     result.problems.append(f"the teacher's check cell {meta['grade_id']!r} names no known exercise")
                     continue
                 points = float(meta.get("points", 1))
-                blank = own and all(_blank(text) for text in own) and match.group(2) in set().union(*map(_blank, own))
+                stubs = [_blank(text) for text in own]  # each own cell's stub functions (empty: not blank)
+                blank = bool(own) and all(stubs) and match.group(2) in set().union(*stubs)
                 if refused:
                     grade = refused_grade(exercise, points, refused)
                 elif blank:  # handed in as handed out: nothing to run

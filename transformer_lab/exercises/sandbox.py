@@ -209,7 +209,7 @@ def command(
     for link in ("lib", "lib64", "bin", "sbin", "lib32"):
         target = os.path.realpath(f"/{link}")
         if os.path.islink(f"/{link}") and target.startswith("/usr/"):
-            args += ["--symlink", target.lstrip("/").replace("usr/", "usr/", 1), f"/{link}"]
+            args += ["--symlink", target.lstrip("/"), f"/{link}"]
         elif os.path.isdir(f"/{link}") and not os.path.islink(f"/{link}"):
             args += ["--ro-bind", f"/{link}", f"/{link}"]
             mounted.append(f"/{link}")
