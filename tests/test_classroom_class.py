@@ -11,6 +11,7 @@ the secret seed), and each case passed earns its share of the points.
 from __future__ import annotations
 
 import csv
+import html
 import inspect
 import json
 import pathlib
@@ -120,7 +121,7 @@ def klass(tmp_path_factory):
         cells = cells_by_id(mistakes)
         total = 0.0
         for answer, function, exercise, points in plan:
-            wrong = exercise.wrong[0]
+            wrong = exercise.mistakes[0].answer if exercise.mistakes else exercise.wrong[0]
             cells[answer]["source"] = renamed_source(wrong, function)
             total += fair_points(exercise, wrong, points)
         put(subs / "cy", path.stem + " (1).ipynb", mistakes)
@@ -239,6 +240,24 @@ def test_feedback_pages_have_no_paths_and_no_package(klass):
         assert str(tmp) not in text and str(ROOT) not in text and "/home/" not in text
         assert "points" in text
     assert not list((tmp / "feedback").rglob("*.py"))
+
+
+@pytest.mark.slow
+def test_the_feedback_names_each_known_mistake_the_grader_recognised(klass):
+    """cy's answers are each exercise's first known mistake: the grader (outside the sandbox, on the hidden
+    inputs) recognises it by its symptom, and cy's feedback says what it shows, as check() would."""
+    course, _, _, _, tmp = klass
+    pages = classroom.feedback(course, tmp / "feedback_mistakes")
+    cy = " ".join(html.unescape(p.read_text()) for p in pages if "cy" in p.parts)
+    cy = " ".join(cy.split())
+    named = 0
+    for path in CHAPTERS:
+        for _, _, exercise, _ in exercises_of(path):
+            if exercise.mistakes:
+                says = " ".join(textwrap.dedent(exercise.mistakes[0].says).split())
+                assert says in cy, (exercise.name, says)
+                named += 1
+    assert named >= 4, "chapters 02 and 04 have build, debug and transfer exercises with known mistakes"
 
 
 @pytest.mark.slow

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from transformer_lab.exercises.core import Case, Exercise
+from transformer_lab.exercises.core import Case, Exercise, Mistake
 
 __all__ = ["squared_lengths"]
 
@@ -31,6 +31,14 @@ def _wrong_dimension(x: Tensor) -> Tensor:
 
 def _lengths_not_squared(x: Tensor) -> Tensor:
     return (x * x).sum(dim=-1).sqrt()
+
+
+def _squares_not_added(x: Tensor) -> Tensor:
+    return x * x  # (..., D): one square per entry, not one sum per vector
+
+
+def _one_total(x: Tensor) -> Tensor:
+    return (x * x).sum()  # (): every vector's entries added together
 
 
 def _norm_squared(x: Tensor) -> Tensor:  # the finished version: gets no credit
@@ -72,7 +80,31 @@ squared_lengths = Exercise(
     ],
     level="easy",
     kind="build",
-    wrong=[_sum_then_square, _wrong_dimension, _lengths_not_squared],
+    mistakes=[
+        Mistake(
+            _sum_then_square,
+            "the entries were added up before squaring: (3 + 4)^2 = 49 has cross terms (2 * 3 * 4) that a "
+            "squared length does not have.",
+        ),
+        Mistake(
+            _wrong_dimension,
+            "the sum ran over the first dimension, across the vectors, instead of along each vector: it added "
+            "up entry 0 of every vector, then entry 1, and so on.",
+        ),
+        Mistake(
+            _lengths_not_squared,
+            "that is each vector's length, not its squared length: the square root undoes the squaring.",
+        ),
+        Mistake(
+            _squares_not_added,
+            "each entry was squared, but the squares of a vector were not added up: the output still has one "
+            "number per entry, not one per vector.",
+        ),
+        Mistake(
+            _one_total,
+            "the sum ran over the whole tensor: one number for all the vectors together, not one per vector.",
+        ),
+    ],
     forbidden=["vector_norm", "norm", "linalg_vector_norm"],
     shortcuts=[_norm_squared, _norm_method],
 )

@@ -21,7 +21,7 @@ from torch import Tensor
 from transformer_lab import attention as _attention_module
 from transformer_lab.attention import attention as _attention_core
 from transformer_lab.attention import scaled_dot_product_attention
-from transformer_lab.exercises.core import Case, Exercise
+from transformer_lab.exercises.core import Case, Exercise, Mistake
 from transformer_lab.multihead import MultiHeadAttention
 
 __all__ = ["predict_zero_query", "softmax_rows", "predict_output_shape", "attention", "distance_attention"]
@@ -125,6 +125,11 @@ def _softmax_global_max(scores: Tensor) -> Tensor:
     return exps / exps.sum(dim=-1, keepdim=True)
 
 
+def _softmax_total_sum(scores: Tensor) -> Tensor:
+    exps = (scores - scores.max(dim=-1, keepdim=True).values).exp()
+    return exps / exps.sum()  # one denominator for the whole tensor: right for a single row only
+
+
 def _softmax_method(scores: Tensor) -> Tensor:  # the finished version, method form: no credit
     return scores.softmax(-1)
 
@@ -180,7 +185,33 @@ softmax_rows = Exercise(
     ],
     level="easy",
     kind="build",
-    wrong=[_softmax_naive, _softmax_wrong_dim, _softmax_unnormalised, _softmax_global_max],
+    mistakes=[
+        Mistake(
+            _softmax_naive,
+            "e^x overflows to inf for large scores (inf / inf is NaN) and underflows to 0 when all of a row's "
+            "scores are very negative (0 / 0): each row's scores must come near 0 before exp, and section 3 "
+            "showed that shifting a row changes nothing.",
+        ),
+        Mistake(
+            _softmax_global_max,
+            "each row was shifted by the largest score of the whole tensor, not by its own: a row far below that "
+            "maximum underflows to 0 / 0.",
+        ),
+        Mistake(
+            _softmax_wrong_dim,
+            "each column was normalised, not each row: the reductions ran over the first dimension instead of "
+            "the last.",
+        ),
+        Mistake(
+            _softmax_unnormalised,
+            "the rows do not sum to 1: the exponentials were never divided by their row's sum.",
+        ),
+        Mistake(
+            _softmax_total_sum,
+            "the whole tensor sums to 1, not each row: one denominator added up the exponentials of every row "
+            "together.",
+        ),
+    ],
     forbidden=["softmax", "log_softmax", "_softmax", "_log_softmax", "logsumexp"],
     shortcuts=[
         _softmax_method,
@@ -316,6 +347,16 @@ def _attention_no_scale(query: Tensor, key: Tensor, value: Tensor, mask: Tensor 
     return weights @ value, weights
 
 
+def _attention_softmax_over_queries(
+    query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-2)  # each key's column sums to 1, over the queries
+    return weights @ value, weights
+
+
 def _attention_library(
     query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None
 ) -> tuple[Tensor, Tensor]:  # the finished version: no credit
@@ -404,13 +445,34 @@ attention = Exercise(
     ],
     level="medium",
     kind="debug",
-    wrong=[
-        _notes_attention,
-        _attention_inverted_mask,
-        _attention_fill_zero,
-        _attention_zero_after_softmax,
-        _attention_no_scale,
+    wrong=[_notes_attention],  # called with a mask it raises: the mask lands in its `dropout` argument
+    mistakes=[
+        Mistake(
+            _attention_inverted_mask,
+            "the keys a query may see got weight 0 and the masked ones got all of it: the mask was read as "
+            'True = blocked, but in the library\'s convention True means "may attend".',
+        ),
+        Mistake(
+            _attention_fill_zero,
+            "masked keys still get weight: a score of 0 is an ordinary score (e^0 = 1), so the softmax still "
+            "gives those keys a share.",
+        ),
+        Mistake(
+            _attention_zero_after_softmax,
+            "masked keys get weight 0, but the rows no longer sum to 1: the weights were zeroed after the "
+            "softmax, so the keys left were never renormalised among themselves.",
+        ),
+        Mistake(
+            _attention_no_scale,
+            "the weights are too peaked: the scores were not scaled by 1 / sqrt(d_k) as in the formula.",
+        ),
+        Mistake(
+            _attention_softmax_over_queries,
+            "each key's weights sum to 1 over the queries, not each query's over the keys: the softmax ran over "
+            "the wrong dimension of the (..., T, S) scores.",
+        ),
     ],
+    output_names=["your first returned tensor (the output)", "your second returned tensor (the weights)"],
     forbidden=[
         "scaled_dot_product_attention",
         "multi_head_attention_forward",
@@ -540,7 +602,32 @@ distance_attention = Exercise(
     ],
     level="harder",
     kind="transfer",
-    wrong=[_distance_dot_product, _distance_not_squared, _distance_wrong_sign, _distance_no_shift, _distance_no_half],
+    mistakes=[
+        Mistake(
+            _distance_dot_product,
+            "these are the chapter's dot-product weights: here the scores must come from the distance between "
+            "query and key, not from their dot product.",
+        ),
+        Mistake(
+            _distance_not_squared,
+            "the scores use the distance itself, not its square: a square root too many.",
+        ),
+        Mistake(
+            _distance_wrong_sign,
+            "the farthest key gets the most weight: the scores grow with the distance, but a closer key must "
+            "score higher.",
+        ),
+        Mistake(
+            _distance_no_half,
+            "the weights are too peaked: the scores are the whole squared distance, without the factor 1/2.",
+        ),
+        Mistake(
+            _distance_no_shift,
+            "a query far from every key gets NaN weights: its scores are about -5000, e^(-5000) underflows to 0 "
+            "for every key, and 0 / 0 is NaN.",
+        ),
+    ],
+    output_names=["your first returned tensor (the output)", "your second returned tensor (the weights)"],
     forbidden=[
         "cdist",
         "pairwise_distance",

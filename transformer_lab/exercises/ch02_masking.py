@@ -27,7 +27,7 @@ from transformer_lab import attention as _attention_module
 from transformer_lab import masking as _masking
 from transformer_lab.attention import attention as _attention_core
 from transformer_lab.attention import scaled_dot_product_attention
-from transformer_lab.exercises.core import Case, Exercise
+from transformer_lab.exercises.core import Case, Exercise, Mistake
 from transformer_lab.masking import causal_mask, padding_mask, target_mask
 
 __all__ = [
@@ -74,6 +74,10 @@ def _lengths_on_queries(lengths: Tensor, max_len: int) -> Tensor:
     return (torch.arange(max_len)[None, :] < lengths[:, None])[:, None, :, None]  # (B, 1, S, 1): masks queries
 
 
+def _lengths_as_numbers(lengths: Tensor, max_len: int) -> Tensor:
+    return (torch.arange(max_len)[None, :] < lengths[:, None]).long()[:, None, None, :]  # 1/0, not True/False
+
+
 def _lengths_via_library(lengths: Tensor, max_len: int) -> Tensor:  # the finished version: no credit
     tokens = (torch.arange(max_len)[None, :] < lengths[:, None]).long()  # 1 = a real token, 0 = <pad>
     return padding_mask(tokens, pad_id=0)
@@ -111,7 +115,33 @@ padding_mask_from_lengths = Exercise(
     ],
     level="easy",
     kind="build",
-    wrong=[_lengths_off_by_one, _lengths_flat, _lengths_inverted, _lengths_on_queries],
+    mistakes=[
+        Mistake(
+            _lengths_off_by_one,
+            "one position too many counts as a real token: positions are counted from 0, so position lengths[b] "
+            "is already the first <pad>.",
+        ),
+        Mistake(
+            _lengths_inverted,
+            'True marks the <pad> positions: that is a "blocked" mask, but in the library\'s convention True '
+            'means "may attend".',
+        ),
+        Mistake(
+            _lengths_flat,
+            "the (B, S) table of real tokens is right, but a (B, S) mask does not broadcast against the scores "
+            "(B, H, T, S) the way the library's padding mask does.",
+        ),
+        Mistake(
+            _lengths_on_queries,
+            "the positions run along the third dimension, the queries: such a mask hides rows of the scores, but "
+            "padding must hide keys, the last dimension.",
+        ),
+        Mistake(
+            _lengths_as_numbers,
+            "a mask of 1s and 0s: the library's masks are bool tensors (True = may attend), and `~mask` or "
+            "`masked_fill` need one.",
+        ),
+    ],
     forbidden=[padding_mask, target_mask],
     shortcuts=[_lengths_via_library, _lengths_via_getattr],
 )
@@ -142,6 +172,16 @@ def _new_tokens_strict(n_new: int, n_total: int) -> Tensor:
 
 def _new_tokens_square(n_new: int, n_total: int) -> Tensor:
     return torch.ones(n_new, n_new, dtype=torch.bool).tril()  # only the new keys
+
+
+def _new_tokens_blocked(n_new: int, n_total: int) -> Tensor:
+    query_position = torch.arange(n_total - n_new, n_total)[:, None]
+    return torch.arange(n_total)[None, :] > query_position  # True at the future: PyTorch's "blocked" meaning
+
+
+def _new_tokens_one_ahead(n_new: int, n_total: int) -> Tensor:
+    query_position = torch.arange(n_total - n_new, n_total)[:, None]
+    return torch.arange(n_total)[None, :] <= query_position + 1  # each query also sees the next key
 
 
 def _new_tokens_library(n_new: int, n_total: int) -> Tensor:  # the finished causal mask, sliced: no credit
@@ -188,7 +228,33 @@ causal_mask_for_new_tokens = Exercise(
     ],
     level="medium",
     kind="transfer",
-    wrong=[_new_tokens_top_left, _new_tokens_first_rows, _new_tokens_strict, _new_tokens_square],
+    wrong=[_new_tokens_first_rows],  # gives what _new_tokens_top_left gives, on every input
+    mistakes=[
+        Mistake(
+            _new_tokens_top_left,
+            "these are the rows of the FIRST n_new tokens: the new tokens are the last ones of the sequence, so "
+            "query i stands n_total - n_new positions further on than row i of a square causal mask.",
+        ),
+        Mistake(
+            _new_tokens_strict,
+            "no query may see its own position: a token attends to itself as well as to every earlier token.",
+        ),
+        Mistake(
+            _new_tokens_square,
+            "there is one column per new token only: the keys are all n_total tokens, the earlier ones kept in "
+            "the cache as well as the new ones.",
+        ),
+        Mistake(
+            _new_tokens_blocked,
+            "True marks the keys in each query's future: that is a \"blocked\" mask (PyTorch's meaning), but in "
+            'the library\'s convention True means "may attend".',
+        ),
+        Mistake(
+            _new_tokens_one_ahead,
+            "each query also sees the key right after its own position: the boundary between past and future "
+            "is off by one.",
+        ),
+    ],
     forbidden=[
         causal_mask,
         target_mask,
@@ -292,6 +358,11 @@ def _masked_softmax_zero_after(scores: Tensor, mask: Tensor) -> Tensor:
     return torch.softmax(scores, dim=-1) * mask  # zeros, but the rows no longer sum to 1
 
 
+def _masked_softmax_inverted(scores: Tensor, mask: Tensor) -> Tensor:
+    weights = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)  # hides the keys it may see
+    return weights.masked_fill(mask, 0.0)
+
+
 def _masked_softmax_via_library(scores: Tensor, mask: Tensor) -> Tensor:  # the finished version: no credit
     size = scores.shape[-1]
     eye = torch.eye(size, dtype=scores.dtype)
@@ -370,8 +441,42 @@ masked_softmax = Exercise(
     ],
     level="medium",
     kind="debug",
-    wrong=[_notes_masked_softmax, _masked_softmax_nan_rows, _masked_softmax_finfo_min, _masked_softmax_zero_after],
-    forbidden=["scaled_dot_product_attention", scaled_dot_product_attention, _attention_core, torch.masked.softmax],
+    mistakes=[
+        Mistake(
+            _notes_masked_softmax,
+            "a query that may see no key spreads its weight evenly over all the keys, the future and <pad> "
+            "included: with a finite fill value such as -1e9, a fully masked row is a row of equal scores. "
+            "(And -1e9 does not fit in float16.)",
+        ),
+        Mistake(
+            _masked_softmax_finfo_min,
+            "the fill value now fits in float16, but a query that may see no key still spreads its weight evenly "
+            "over all the keys: any finite fill value leaves a fully masked row with equal scores.",
+        ),
+        Mistake(
+            _masked_softmax_nan_rows,
+            "a query that may see no key gets NaN weights: the softmax of a row that is -inf everywhere is 0 / 0, "
+            "and the exercise asks for a row of zeros there.",
+        ),
+        Mistake(
+            _masked_softmax_zero_after,
+            "masked keys get weight 0, but the rows no longer sum to 1: the weights were zeroed after the "
+            "softmax, so the keys left were never renormalised among themselves.",
+        ),
+        Mistake(
+            _masked_softmax_inverted,
+            "the keys a query may see got weight 0 and the masked ones got all of it: the mask was read as "
+            'True = blocked, but in the library\'s convention True means "may attend".',
+        ),
+    ],
+    forbidden=[
+        "scaled_dot_product_attention",
+        "multi_head_attention_forward",
+        "_masked_softmax",
+        scaled_dot_product_attention,
+        _attention_core,
+        torch.masked.softmax,
+    ],
     shortcuts=[
         _masked_softmax_via_library,
         _masked_softmax_via_getattr,
@@ -533,7 +638,34 @@ is_causal = Exercise(
     level="harder",
     kind="transfer",
     run=_with_grad,
-    wrong=[_tester_last_only, _tester_includes_t, _tester_later, _tester_needs_own_change],
+    # a tester returns one bool, so a case can only say that some mistake gives the same wrong verdict: each
+    # sentence starts from what the case shows (a leak missed, a causal function refused), which is true of
+    # every tester that gives that verdict there, and the order makes each mistake named on a case of its own
+    mistakes=[
+        Mistake(
+            _tester_last_only,
+            "a function that leaks passed your test: its leak runs from an input before the last into an earlier "
+            "output, and shows only when that input is changed and the earlier outputs compared (a test that "
+            "changes only the last position, like section 6's, cannot see it).",
+        ),
+        Mistake(
+            _tester_includes_t,
+            "a causal function was called not causal: your test forbids a change that is allowed, such as output "
+            "t changing when input t changes (a position may see itself); only the outputs before t must stay "
+            "the same.",
+        ),
+        Mistake(
+            _tester_needs_own_change,
+            "a causal function was called not causal: when input t changes, the outputs from t on may change or "
+            "stay the same (here output t shows token t-1 and stays); causality only forbids the EARLIER "
+            "outputs to change.",
+        ),
+        Mistake(
+            _tester_later,
+            "a function that looks at the future passed your test: it compares the outputs after the changed "
+            "position, which are allowed to change, instead of the ones before it.",
+        ),
+    ],
     shortcuts=[_tester_via_reference, _tester_via_exercise],
     why="""
     Changing only the last token tests one column of the table "which input moves which output"; the leak

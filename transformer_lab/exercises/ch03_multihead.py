@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer_lab.exercises.core import Case, Exercise
+from transformer_lab.exercises.core import Case, Exercise, Mistake
 from transformer_lab.multihead import MultiHeadAttention
 
 __all__ = [
@@ -146,9 +146,33 @@ split_qkv = Exercise(
     ],
     level="medium",
     kind="build",
-    wrong=[_qkv_interleaved, _qkv_no_transpose, _qkv_strided_heads, _qkv_positions_first],
+    mistakes=[
+        Mistake(
+            _qkv_interleaved,
+            "the features were read as [q | k | v] inside each head, but c_attn's output is all of q, then all of "
+            "k, then all of v, each of them cut into heads: the two splits of the last axis are in the wrong "
+            "order.",
+        ),
+        Mistake(
+            _qkv_strided_heads,
+            "head h got every H-th feature instead of a block of d_k consecutive features: the head axis and the "
+            "d_k axis of the split are in the wrong order.",
+        ),
+        Mistake(
+            _qkv_no_transpose,
+            "positions got mixed into the heads: the numbers were cut into (B, H, T, d_k) in memory order, where "
+            'positions come before heads, so a "head" holds pieces of several positions (section 2 shows why '
+            "the axes must be moved instead).",
+        ),
+        Mistake(
+            _qkv_positions_first,
+            "the heads were cut but not moved: each tensor has its axes in the order (B, T, H, d_k), positions "
+            "before heads, not (B, H, T, d_k).",
+        ),
+    ],
     forbidden=[MultiHeadAttention],
     shortcuts=[_split_qkv_with_library, _split_qkv_unbound_method],
+    output_names=["your q", "your k", "your v"],
 )
 
 
@@ -227,6 +251,14 @@ def _projections_tied_weight(d_model):  # noqa: ANN001, ANN202
     return layers
 
 
+def _projections_three(d_model):  # noqa: ANN001, ANN202
+    return nn.ModuleList([nn.Linear(d_model, d_model) for _ in range(3)])  # W^Q, W^K, W^V: no W^O
+
+
+def _projections_no_bias(d_model):  # noqa: ANN001, ANN202
+    return nn.ModuleList([nn.Linear(d_model, d_model, bias=False) for _ in range(4)])
+
+
 def _describe_projections(candidate, d_model):  # noqa: ANN001, ANN202
     """What the check compares: how many layers, how many distinct ones and weights, the parameter count."""
     layers = list(candidate(d_model))  # an nn.ModuleList or a plain list
@@ -239,6 +271,22 @@ def _describe_projections(candidate, d_model):  # noqa: ANN001, ANN202
         "parameters": sum(p.numel() for p in nn.ModuleList(layers).parameters()),  # shared ones counted once
         "weight shapes": tuple(tuple(w.shape) if isinstance(w, Tensor) else None for w in weights),
     }
+
+
+#: what each entry of `_projection_facts` is, for the check's messages
+PROJECTION_FACTS = [
+    "the number of layers",
+    "“every layer is an nn.Linear”",
+    "the number of distinct layers",
+    "the number of distinct weights",
+    "the parameter count",
+    "the layers' weight shapes",
+]
+
+
+def _projection_facts(candidate, d_model):  # noqa: ANN001, ANN202
+    """`_describe_projections` as a tuple, in the order of PROJECTION_FACTS, so a message names each fact."""
+    return tuple(_describe_projections(candidate, d_model).values())
 
 
 def _projections_from_library(d_model):  # noqa: ANN001, ANN202
@@ -270,13 +318,34 @@ four_projections = Exercise(
     ],
     level="medium",
     kind="debug",
-    run=_describe_projections,
-    wrong=[
-        notes_four_projections,
-        _projections_deepcopy_list,
-        _projections_three_shared,
-        _projections_head_size,
-        _projections_tied_weight,
+    run=_projection_facts,
+    output_names=PROJECTION_FACTS,
+    # the deepcopy of a repeated list gives what the notes' list gives; three shared of four is no common mistake
+    wrong=[_projections_deepcopy_list, _projections_three_shared],
+    mistakes=[
+        Mistake(
+            notes_four_projections,
+            "the four entries are one and the same layer: a list times 4 repeats one object, it does not make "
+            "four layers (and a deepcopy of that list keeps the sharing it finds).",
+        ),
+        Mistake(
+            _projections_tied_weight,
+            "four layers, but one weight matrix shared by all four: only their biases are their own.",
+        ),
+        Mistake(
+            _projections_three,
+            "three layers: W^O, the output projection that mixes the heads' answers, is missing.",
+        ),
+        Mistake(
+            _projections_head_size,
+            "the layers are one head wide: each projection maps the whole width D to D, and a head is a slice of "
+            "its output (section 1).",
+        ),
+        Mistake(
+            _projections_no_bias,
+            "the layers have no bias: each of the four nn.Linear layers keeps its bias of D numbers, as the "
+            "library's do.",
+        ),
     ],
     forbidden=[MultiHeadAttention],
     shortcuts=[_projections_from_library, _projections_from_library_children],
@@ -347,6 +416,13 @@ def _gqa_no_output_projection(x, w_q, w_k, w_v, w_o, n_heads):  # noqa: ANN001, 
     return _gqa_finish(q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1), nn.Identity(), math.sqrt(d_k))
 
 
+def _gqa_merge_without_transpose(x, w_q, w_k, w_v, w_o, n_heads):  # noqa: ANN001, ANN202
+    q, k, v, group, d_k = _gqa_parts(x, w_q, w_k, w_v, n_heads)
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    heads = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(d_k), dim=-1) @ v  # (B, H, T, d_k)
+    return w_o(heads.reshape(x.shape))  # (B, H, T, d_k) read as (B, T, D): positions and heads mixed
+
+
 def _gqa_case(batch: int, length: int, d_model: int, n_heads: int, n_kv_heads: int, seed: int):
     def inputs() -> tuple:
         generator = torch.Generator().manual_seed(seed)
@@ -399,7 +475,33 @@ grouped_query_attention = Exercise(
     ],
     level="harder",
     kind="transfer",
-    wrong=[_gqa_tiled, _gqa_first_kv_head, _gqa_no_scale, _gqa_scale_by_kv_width, _gqa_no_output_projection],
+    wrong=[_gqa_first_kv_head],  # taking key/value head 0 for every query head: no common mistake
+    mistakes=[
+        Mistake(
+            _gqa_tiled,
+            "query heads were paired with the wrong key/value heads: the key/value heads were repeated as a whole "
+            "sequence (0, 1, 0, 1, ...), but section 9 groups CONSECUTIVE query heads, so heads 0 and 1 share "
+            "key/value head 0.",
+        ),
+        Mistake(
+            _gqa_no_scale,
+            "the weights are too peaked: the scores were not scaled by 1 / sqrt(d_k).",
+        ),
+        Mistake(
+            _gqa_scale_by_kv_width,
+            "the scores were scaled by the width of all key heads together, w_k.out_features, not by the width "
+            "d_k of one head.",
+        ),
+        Mistake(
+            _gqa_merge_without_transpose,
+            "positions got mixed in the merged output: reading (B, H, T, d_k) straight as (B, T, D) glues the "
+            "numbers in memory order, head after head, not position after position.",
+        ),
+        Mistake(
+            _gqa_no_output_projection,
+            "the heads were merged but never mixed: w_o, the output projection, was not applied.",
+        ),
+    ],
     forbidden=["scaled_dot_product_attention", MultiHeadAttention],
     shortcuts=[_gqa_with_torch, _gqa_with_torch_by_name],
 )

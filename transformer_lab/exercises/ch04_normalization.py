@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer_lab.exercises.core import Case, Exercise
+from transformer_lab.exercises.core import Case, Exercise, Mistake
 from transformer_lab.normalization import (
     BatchNorm,
     LayerNorm,
@@ -119,6 +119,13 @@ def _mbn_counting_padding(x, mask, gamma, beta, eps=1e-5):  # noqa: ANN001, ANN2
     return (x - mean) / torch.sqrt(var + eps) * gamma + beta
 
 
+def _mbn_zeroed_but_counted(x, mask, gamma, beta, eps=1e-5):  # noqa: ANN001, ANN202
+    keep = mask.unsqueeze(-1).to(x.dtype)  # (B, T, 1): the padding multiplied away...
+    mean = (x * keep).mean(dim=(0, 1))  # ...but still counted: divides by B * T, not by the real tokens
+    var = (((x - mean) ** 2) * keep).mean(dim=(0, 1))
+    return (x - mean) / torch.sqrt(var + eps) * gamma + beta
+
+
 def _mbn_unbiased(x, mask, gamma, beta, eps=1e-5):  # noqa: ANN001, ANN202
     real = x[mask]
     mean, var = real.mean(0), real.var(0)  # divides by N - 1
@@ -183,7 +190,38 @@ masked_batch_norm = Exercise(
     ],
     level="medium",
     kind="build",
-    wrong=[_mbn_counting_padding, _mbn_unbiased, _mbn_per_token, _mbn_per_position, _mbn_zero_padding],
+    mistakes=[
+        Mistake(
+            _mbn_counting_padding,
+            "The padded vectors went into your mean and variance: the statistics were taken over every position of "
+            "the batch, not over the real tokens only.",
+        ),
+        Mistake(
+            _mbn_zeroed_but_counted,
+            "The padding was zeroed but still counted: the sums leave the padded vectors out, yet they were divided "
+            "by the number of all positions rather than the number of real tokens.",
+        ),
+        Mistake(
+            _mbn_unbiased,
+            "Your variance is the unbiased one, its sum of squares divided by N - 1 (what Tensor.var gives by "
+            "default); training-mode BatchNorm normalizes with the biased variance of section 1.",
+        ),
+        Mistake(
+            _mbn_per_token,
+            "Each token was normalized over its own features, which is LayerNorm's axis: BatchNorm keeps one mean and "
+            "one variance per feature, taken across the tokens of the batch.",
+        ),
+        Mistake(
+            _mbn_per_position,
+            "Each position got statistics of its own, averaged over the sentences at that position only (the 'per "
+            "time step' BatchNorm of RNNs); BatchNorm pools the real tokens of all positions.",
+        ),
+        Mistake(
+            _mbn_zero_padding,
+            "The padded positions of your output were set to 0; the exercise asks to normalize every position, "
+            "padding included, with the real tokens' statistics (the padded outputs are ignored later).",
+        ),
+    ],
     forbidden=[
         "batch_norm",
         BatchNorm,
@@ -297,6 +335,16 @@ def _ln_wrong_axis(x, gamma, beta, eps=1e-5):  # noqa: ANN001, ANN202
     return gamma * (x - mean) / torch.sqrt(var + eps) + beta
 
 
+def _ln_no_eps(x, gamma, beta, eps=1e-5):  # noqa: ANN001, ANN202
+    mean = x.mean(-1, keepdim=True)
+    return gamma * (x - mean) / torch.sqrt(x.var(-1, keepdim=True, unbiased=False)) + beta  # 0 / 0 for constant x
+
+
+def _ln_global(x, gamma, beta, eps=1e-5):  # noqa: ANN001, ANN202
+    mean, var = x.mean(), x.var(unbiased=False)  # one mean and variance for the whole tensor
+    return gamma * (x - mean) / torch.sqrt(var + eps) + beta
+
+
 def _ln_no_affine(x, gamma, beta, eps=1e-5):  # noqa: ANN001, ANN202
     mean = x.mean(-1, keepdim=True)
     return (x - mean) / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + eps)
@@ -375,7 +423,46 @@ layer_norm = Exercise(
     ],
     level="medium",
     kind="debug",
-    wrong=[notes_layer_norm, _ln_unbiased_under_root, _ln_biased_plus_eps, _ln_wrong_axis, _ln_no_affine],
+    # The order matters: on the first cases the notes' version and "only eps fixed" give the same numbers (eps is
+    # tiny there), and what both then show is the unbiased variance; the notes' own line comes on nearly constant
+    # vectors, where the place of eps shows too.
+    mistakes=[
+        Mistake(
+            _ln_unbiased_under_root,
+            "Your variance is still the unbiased one, the sum of squares divided by D - 1 (what Tensor.std and "
+            "Tensor.var give by default), not section 1's. The gap is largest when D is small.",
+        ),
+        Mistake(
+            _ln_biased_plus_eps,
+            "eps is still added to the standard deviation, outside the square root, which is not where section 1's "
+            "formula puts it; that shows only when the variance is about as small as eps.",
+        ),
+        Mistake(
+            notes_layer_norm,
+            "Both of the notes' slips are still there: the variance divided by D - 1, and eps added outside the "
+            "square root.",
+        ),
+        Mistake(
+            _ln_no_eps,
+            "eps is missing: a vector with (nearly) zero variance is divided by (nearly) zero, which gives huge "
+            "values or NaN. eps is what keeps the denominator away from 0.",
+        ),
+        Mistake(
+            _ln_wrong_axis,
+            "The mean and variance were taken across the vectors of the batch (over dim 0), not over each vector's "
+            "own D features: LayerNorm normalizes every token on its own.",
+        ),
+        Mistake(
+            _ln_global,
+            "One mean and one variance for the whole tensor: LayerNorm takes them separately for each vector, over "
+            "its D features.",
+        ),
+        Mistake(
+            _ln_no_affine,
+            "gamma and beta are missing: your output is the normalized x alone, as if gamma were all ones and beta "
+            "all zeros.",
+        ),
+    ],
     forbidden=[
         "layer_norm",
         "group_norm",
@@ -505,7 +592,33 @@ rms_norm = Exercise(
     ],
     level="harder",
     kind="transfer",
-    wrong=[_rms_layer_norm, _rms_in_half, _rms_sum_not_mean, _rms_eps_outside, _rms_float32_out],
+    output_names=["your output", "your output's dtype"],
+    mistakes=[
+        Mistake(
+            _rms_layer_norm,
+            "The mean was subtracted first: that makes it LayerNorm without beta, not RMSNorm. The two differ most on "
+            "vectors whose mean is far from 0.",
+        ),
+        Mistake(
+            _rms_sum_not_mean,
+            "The squares were summed, not averaged: every output is sqrt(D) times too small.",
+        ),
+        Mistake(
+            _rms_eps_outside,
+            "eps was added after the square root instead of under it: on tiny activations, whose root mean square "
+            "is not much larger than eps, that changes the result.",
+        ),
+        Mistake(
+            _rms_in_half,
+            "The squares were computed in float16: 300 ** 2 is more than float16's largest number (65504), so the "
+            "mean square became inf and the output 0.",
+        ),
+        Mistake(
+            _rms_float32_out,
+            "The values are right, but a float16 input came back in float32: the output should have the input's "
+            "dtype, as nn.RMSNorm's has.",
+        ),
+    ],
     forbidden=["rms_norm", nn.RMSNorm, "layer_norm", "group_norm", "instance_norm", "batch_norm", nn.LayerNorm],
     shortcuts=[_rms_with_functional, _rms_with_torch_alias, _rms_with_module, _rms_with_layer_norm],
     why=(

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer_lab import diagnostics
-from transformer_lab.exercises.core import Case, Exercise
+from transformer_lab.exercises.core import Case, Exercise, Mistake
 from transformer_lab.feedforward import FeedForward
 
 __all__ = [
@@ -111,9 +111,9 @@ def _fill(module: nn.Module) -> None:
             p.copy_(torch.randn(p.shape, generator=_generator(seed), dtype=p.dtype) / fan_in**0.5)
 
 
-def _describe_ffn(candidate: Any, args: Any, x: Tensor) -> dict[str, Any]:
+def _describe_ffn(candidate: Any, args: Any, x: Tensor) -> tuple[int, list[tuple[int, ...]], Tensor]:
     """Build the candidate's FFN from `args` and describe it: its parameter count and shapes, and its output on
-    `x` in eval mode with every parameter set by `_fill`."""
+    `x` in eval mode with every parameter set by `_fill` (the exercise's output_names name each part)."""
     module = candidate(args)
     if not isinstance(module, nn.Module):
         raise TypeError(f"layer_ffn should return an nn.Module (e.g. an nn.Sequential), got {type(module).__name__}")
@@ -122,7 +122,7 @@ def _describe_ffn(candidate: Any, args: Any, x: Tensor) -> dict[str, Any]:
     module.eval()  # dropout off
     with torch.no_grad():
         out = module(x)
-    return {"number of parameters": sum(math.prod(s) for s in shapes), "parameter shapes": shapes, "output": out}
+    return sum(math.prod(s) for s in shapes), shapes, out
 
 
 def _ffn_case(dim: int, dropout: float, shape: tuple[int, ...], seed: int) -> tuple[Any, Tensor]:
@@ -133,6 +133,12 @@ def _ffn_case(dim: int, dropout: float, shape: tuple[int, ...], seed: int) -> tu
 def _ffn_with_biases(args):  # noqa: ANN001, ANN202
     d_ff = 4 * args.dim
     return nn.Sequential(nn.Linear(args.dim, d_ff), nn.ReLU(), nn.Linear(d_ff, args.dim), nn.Dropout(args.dropout))
+
+
+def _ffn_fixed_width(args):  # noqa: ANN001, ANN202
+    return nn.Sequential(  # the paper's 2048 written in, whatever dim is
+        nn.Linear(args.dim, 2048, bias=False), nn.ReLU(), nn.Linear(2048, args.dim, bias=False), nn.Dropout(0.0)
+    )
 
 
 def _ffn_twice_as_wide(args):  # noqa: ANN001, ANN202
@@ -159,6 +165,11 @@ layer_ffn = Exercise(
         Case("dim = 1", lambda: _ffn_case(1, 0.0, (2, 2), 3)),
     ],
     run=_describe_ffn,
+    output_names=[
+        "the number of parameters of your module",
+        "the shapes of your module's parameters",
+        "your module's output",
+    ],
     hints=[
         "The shapes fit whatever the hidden width is: print the parameter count of notes_layer_ffn(args) next to "
         "that of tl.FeedForward(512, 2048). Which number in notes_layer_ffn is the hidden width?",
@@ -169,7 +180,33 @@ layer_ffn = Exercise(
     ],
     level="medium",
     kind="debug",
-    wrong=[notes_layer_ffn, _ffn_with_biases, _ffn_twice_as_wide, _ffn_gelu],
+    mistakes=[
+        Mistake(
+            notes_layer_ffn,
+            "The hidden layer is still as wide as the model (dim): the shapes fit, but the paper's FFN first widens "
+            "each vector to d_ff, several times dim (section 1).",
+        ),
+        Mistake(
+            _ffn_fixed_width,
+            "The hidden width is 2048 whatever dim is: that is the paper's d_ff for dim 512 only; the hidden width "
+            "grows with the model's width.",
+        ),
+        Mistake(
+            _ffn_twice_as_wide,
+            "The hidden width is twice dim: wider than the notes', but not the ratio of d_ff to d_model that the "
+            "paper and GPT use (section 1).",
+        ),
+        Mistake(
+            _ffn_with_biases,
+            "Your Linear layers have biases: note 000's MLP has none, and the exercise keeps everything of it but "
+            "the one slip.",
+        ),
+        Mistake(
+            _ffn_gelu,
+            "GELU in place of ReLU: the parameters are right, but note 000's MLP, like the paper's FFN, uses ReLU, "
+            "and the exercise keeps it.",
+        ),
+    ],
     forbidden=[FeedForward, nn.TransformerEncoderLayer],
     shortcuts=[
         lambda args: FeedForward(args.dim, 4 * args.dim, args.dropout),
@@ -253,6 +290,14 @@ def _norms_matrices_only(blocks, x, target, residual):  # noqa: ANN001, ANN202
     return _norms_parts(blocks, x, target, residual, params=lambda b: [p for p in b.parameters() if p.dim() == 2])
 
 
+def _norms_added_up(blocks, x, target, residual):  # noqa: ANN001, ANN202
+    h = x
+    for block in blocks:
+        h = h + block(h) if residual else block(h)
+    ((h - target) ** 2).mean().backward()
+    return [sum(float(p.grad.norm()) for p in block.parameters()) for block in blocks]  # norms added, not squares
+
+
 def _norms_with_library(blocks, x, target, residual):  # noqa: ANN001, ANN202
     h = x
     for block in blocks:
@@ -293,12 +338,35 @@ block_gradient_norms = Exercise(
     ],
     level="medium",
     kind="build",
-    wrong=[
-        _norms_no_residual,
-        _norms_summed_loss,
-        _norms_top_first,
-        _norms_weights_not_gradients,
-        _norms_matrices_only,
+    mistakes=[
+        Mistake(
+            _norms_no_residual,
+            "The residual path is missing: with residual=True the blocks were still chained one after the other "
+            "without adding each block's input back, so the gradient of the first blocks shrinks.",
+        ),
+        Mistake(
+            _norms_summed_loss,
+            "The loss is the sum of the squared errors, not their mean: every gradient is as many times too large "
+            "as the output has entries.",
+        ),
+        Mistake(
+            _norms_top_first,
+            "Your numbers are in reverse order: the list should start with block 1, the one nearest the input.",
+        ),
+        Mistake(
+            _norms_weights_not_gradients,
+            "Those are the norms of the blocks' parameter values, not of their gradients.",
+        ),
+        Mistake(
+            _norms_matrices_only,
+            "Only the weight matrices were counted: the biases and the LayerNorm's gamma and beta belong to the "
+            "block too, and so do their gradients.",
+        ),
+        Mistake(
+            _norms_added_up,
+            "The norms of the separate parameters were added up: a block's norm takes all its gradients together, "
+            "as one long vector, which is less than the sum of the parts' norms.",
+        ),
     ],
     forbidden=[
         diagnostics.gradient_norms,
@@ -397,6 +465,11 @@ def _swiglu_silu_after_product(x, w1, w3, w2):  # noqa: ANN001, ANN202
     return (a * torch.sigmoid(a)) @ w2.T
 
 
+def _swiglu_sign_flipped(x, w1, w3, w2):  # noqa: ANN001, ANN202
+    a = x @ w1.T
+    return (a / (1 + torch.exp(a)) * (x @ w3.T)) @ w2.T  # a * sigmoid(-a): the sign in the exponent flipped
+
+
 swiglu_feed_forward = Exercise(
     "swiglu_feed_forward",
     reference=_swiglu_reference,
@@ -416,7 +489,37 @@ swiglu_feed_forward = Exercise(
     ],
     level="harder",
     kind="transfer",
-    wrong=[_swiglu_gate_swapped, _swiglu_relu, _swiglu_sigmoid_gate, _swiglu_no_gate, _swiglu_silu_after_product],
+    mistakes=[
+        Mistake(
+            _swiglu_gate_swapped,
+            "w1 and w3 swapped roles: SiLU went on the w3 branch, but in the formula of section 6 it is W1's branch "
+            "that passes through SiLU and gates the other.",
+        ),
+        Mistake(
+            _swiglu_relu,
+            "ReLU in place of SiLU: the two agree on large positive inputs only; SiLU is smooth and lets a little "
+            "of the negative side through.",
+        ),
+        Mistake(
+            _swiglu_sigmoid_gate,
+            "The gate is the sigmoid of W1's branch alone, the gate of the original GLU; SiLU multiplies that "
+            "sigmoid by its input as well.",
+        ),
+        Mistake(
+            _swiglu_no_gate,
+            "w3 is never used: that is a two-layer FFN with SiLU, with no second branch for the gate to act on.",
+        ),
+        Mistake(
+            _swiglu_silu_after_product,
+            "SiLU was applied after the product of the two branches; in SwiGLU it acts on one branch only, before "
+            "the product.",
+        ),
+        Mistake(
+            _swiglu_sign_flipped,
+            "The sign in your SiLU's exponential is flipped: a / (1 + exp(a)) is a times sigmoid(-a), which damps "
+            "the positive inputs instead of the negative ones.",
+        ),
+    ],
     forbidden=["silu", "glu"],
     shortcuts=[
         lambda x, w1, w3, w2: (

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from transformer_lab.encoder import Encoder, EncoderLayer
-from transformer_lab.exercises.core import Case, Exercise
+from transformer_lab.exercises.core import Case, Exercise, Mistake
 from transformer_lab.multihead import MultiHeadAttention
 
 __all__ = ["predict_encoder_layer_parameters", "encode_ragged", "predict_shuffled_output", "from_pytorch_layer"]
@@ -120,6 +120,20 @@ def _ragged_mask_on_queries(encoder, sequences):  # noqa: ANN001, ANN202
     return [out[i, : len(s)] for i, s in enumerate(sequences)]
 
 
+def _ragged_mask_missing_an_axis(encoder, sequences):  # noqa: ANN001, ANN202
+    x, real = _pad(sequences)
+    out = encoder(x, real[:, None, :])  # (B, 1, S): broadcasting lines B up with the heads, when B == H
+    return [out[i, : len(s)] for i, s in enumerate(sequences)]
+
+
+def _ragged_off_by_one(encoder, sequences):  # noqa: ANN001, ANN202
+    x, _ = _pad(sequences)
+    lengths = torch.tensor([len(s) for s in sequences])
+    real = torch.arange(x.shape[1])[None, :] <= lengths[:, None]  # one padded position too many
+    out = encoder(x, real[:, None, None, :])
+    return [out[i, : len(s)] for i, s in enumerate(sequences)]
+
+
 def _ragged_keeps_padding(encoder, sequences):  # noqa: ANN001, ANN202
     x, real = _pad(sequences)
     out = encoder(x, real[:, None, None, :])
@@ -172,7 +186,39 @@ encode_ragged = Exercise(
     ],
     level="medium",
     kind="build",
-    wrong=[_ragged_no_mask, _ragged_inverted_mask, _ragged_mask_on_queries, _ragged_keeps_padding, _ragged_one_by_one],
+    wrong=[_ragged_one_by_one],  # the check refuses it before comparing: B calls of the encoder, not one
+    mistakes=[
+        Mistake(
+            _ragged_no_mask,
+            "No mask reached the encoder: the real tokens attended to the filler vectors too, so a short sentence "
+            "gets other outputs than when it is encoded alone.",
+        ),
+        Mistake(
+            _ragged_inverted_mask,
+            "Your mask is inverted, True at the padding: in this course True means 'may attend' (PyTorch's own "
+            "padding masks use the opposite), so the real tokens attended to the filler only.",
+        ),
+        Mistake(
+            _ragged_mask_on_queries,
+            "Your mask blocks the padded positions as queries (rows of the scores), not as keys (columns): the real "
+            "tokens still attend to the padding.",
+        ),
+        Mistake(
+            _ragged_mask_missing_an_axis,
+            "Your mask has one axis too few: broadcasting lined its batch axis up with the heads, so each head used "
+            "another sentence's mask (and with more sentences than heads the shapes do not fit at all).",
+        ),
+        Mistake(
+            _ragged_off_by_one,
+            "Your mask lets each short sentence see one padded position past its end: an off-by-one where the "
+            "positions are compared with the lengths.",
+        ),
+        Mistake(
+            _ragged_keeps_padding,
+            "Your i-th tensor still holds the padded positions: it has the longest sentence's length, not sentence "
+            "i's own.",
+        ),
+    ],
     forbidden=["pad_sequence", "pad_packed_sequence", "nested_tensor", "to_padded_tensor"],
     shortcuts=[
         lambda encoder, seqs: _unpad(encoder, seqs, torch.nn.utils.rnn.pad_sequence(seqs, batch_first=True)),
@@ -379,7 +425,33 @@ from_pytorch_layer = Exercise(
     ],
     level="harder",
     kind="transfer",
-    wrong=[_load_k_q_v, _load_transposed, _load_no_biases, _load_always_pre_norm, _load_default_eps],
+    mistakes=[
+        Mistake(
+            _load_k_q_v,
+            "W^Q and W^K came from each other's block of in_proj_weight: the scores were computed as keys against "
+            "queries. Check the order in which PyTorch stacks the three projections.",
+        ),
+        Mistake(
+            _load_transposed,
+            "The Q, K, V blocks were transposed on the way: in_proj_weight stores each of them in the same "
+            "(out_features, in_features) layout as an nn.Linear's weight.",
+        ),
+        Mistake(
+            _load_no_biases,
+            "The biases were not copied: your layer still has its own freshly initialized biases (and its "
+            "LayerNorms' beta of zeros).",
+        ),
+        Mistake(
+            _load_always_pre_norm,
+            "Your layer is Pre-Norm whatever theirs is: where the norms sit (norm_first) is a setting, not a weight, "
+            "so copying the weights does not carry it over.",
+        ),
+        Mistake(
+            _load_default_eps,
+            "Your LayerNorms kept the default eps: theirs was built with another layer_norm_eps, a setting the "
+            "weights do not carry; it shows on small inputs.",
+        ),
+    ],
     forbidden=[
         nn.TransformerEncoderLayer,
         nn.MultiheadAttention,

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from transformer_lab.decoder import Decoder, DecoderLayer, LayerCache
-from transformer_lab.exercises.core import Case, Exercise
+from transformer_lab.exercises.core import Case, Exercise, Mistake
 from transformer_lab.feedforward import FeedForward
 from transformer_lab.masking import causal_mask
 from transformer_lab.model import Transformer, TransformerConfig
@@ -109,6 +109,18 @@ def _post_memory_queries(x, memory, sa, ca, ff, n1, n2, n3, tgt_mask=None, memor
     return n3(x + ff(x))
 
 
+def _post_queries_from_memory(x, memory, sa, ca, ff, n1, n2, n3, tgt_mask=None, memory_mask=None):  # noqa: ANN001, ANN202
+    x = n1(x + sa(x, x, x, tgt_mask))
+    x = n2(x + ca(memory, x, x, memory_mask))  # the roles swapped: the source asks, the decoder answers
+    return n3(x + ff(x))
+
+
+def _post_no_memory_mask(x, memory, sa, ca, ff, n1, n2, n3, tgt_mask=None, memory_mask=None):  # noqa: ANN001, ANN202
+    x = n1(x + sa(x, x, x, tgt_mask))
+    x = n2(x + ca(x, memory, memory, None))  # the source's padding is attended to
+    return n3(x + ff(x))
+
+
 def _post_no_causal(x, memory, sa, ca, ff, n1, n2, n3, tgt_mask=None, memory_mask=None):  # noqa: ANN001, ANN202
     x = n1(x + sa(x, x, x, None))
     x = n2(x + ca(x, memory, memory, memory_mask))
@@ -176,7 +188,39 @@ decoder_layer_post_norm = Exercise(
     ],
     level="medium",
     kind="build",
-    wrong=[_post_pre_norm, _post_cross_on_self, _post_memory_queries, _post_no_causal, _post_norm_memory],
+    wrong=[_post_memory_queries],  # raises unless T == S: no sentence of its own
+    mistakes=[
+        Mistake(
+            _post_pre_norm,
+            "each sublayer read a normalized copy and its sum stayed unnormalized: that is the Pre-Norm layer of "
+            "section 1, and this exercise asks for Post-Norm, where the LayerNorm comes after the addition.",
+        ),
+        Mistake(
+            _post_cross_on_self,
+            "the cross-attention never looked at the source: its keys and values came from the decoder's own "
+            "stream, so it was a second self-attention.",
+        ),
+        Mistake(
+            _post_queries_from_memory,
+            "the cross-attention's roles were swapped: the source asked the questions and the decoder's stream "
+            "answered, so there is one result per source token instead of one per target position.",
+        ),
+        Mistake(
+            _post_no_causal,
+            "the self-attention was not masked: each target position also attended to the positions after it, "
+            "which do not exist yet when the model generates.",
+        ),
+        Mistake(
+            _post_no_memory_mask,
+            "the cross-attention also attended to the source's padding: the source's mask was not used where the "
+            "decoder reads the memory.",
+        ),
+        Mistake(
+            _post_norm_memory,
+            "the memory was normalized again before the cross-attention: the encoder's output arrives normalized "
+            "already, and each of the three norms belongs to one sum of the decoder's stream (section 1).",
+        ),
+    ],
     forbidden=[DecoderLayer, Decoder, sublayer_connection, nn.TransformerDecoderLayer],
     shortcuts=[_post_norm_with_library, _post_norm_with_connections],
 )
@@ -219,6 +263,12 @@ def _forward_no_src_mask(model, src, tgt_in, src_mask=None):  # noqa: ANN001, AN
     return model.generator(model.decoder(y, memory, causal_mask(tgt_in.shape[1])))
 
 
+def _forward_encoder_unmasked(model, src, tgt_in, src_mask=None):  # noqa: ANN001, ANN202
+    memory = model.encoder(model.positional(model.src_embed(src)))  # note 000's encoder call kept: no mask
+    y = model.positional(model.tgt_embed(tgt_in))
+    return model.generator(model.decoder(y, memory, causal_mask(tgt_in.shape[1]), src_mask))
+
+
 def _forward_no_positions(model, src, tgt_in, src_mask=None):  # noqa: ANN001, ANN202
     memory = model.encoder(model.positional(model.src_embed(src)), src_mask)
     y = model.tgt_embed(tgt_in)  # the decoder cannot tell its positions apart
@@ -257,7 +307,36 @@ transformer_forward = Exercise(
     ],
     level="medium",
     kind="debug",
-    wrong=[notes_forward, _forward_source_embedding, _forward_no_causal, _forward_no_src_mask, _forward_no_positions],
+    mistakes=[
+        Mistake(
+            notes_forward,
+            "the decoder read the embedded source, as in note 000: tgt_in was never used, so there is one "
+            "prediction per source position and none depends on the target.",
+        ),
+        Mistake(
+            _forward_source_embedding,
+            "the target's ids were looked up in the source's embedding table: the target has a table of its own.",
+        ),
+        Mistake(
+            _forward_no_causal,
+            "the decoder's self-attention was not masked: in training each target position saw the very tokens it "
+            "is asked to predict.",
+        ),
+        Mistake(
+            _forward_no_src_mask,
+            "the source's padding mask was never used: the encoder and the decoder's cross-attention both attended "
+            "to PAD tokens.",
+        ),
+        Mistake(
+            _forward_encoder_unmasked,
+            "the encoder attended to the source's PAD tokens: the padding mask reached the decoder's "
+            "cross-attention but not the encoder, as in note 000's call of the encoder.",
+        ),
+        Mistake(
+            _forward_no_positions,
+            "the target got no positional encoding: the decoder could not tell its positions apart.",
+        ),
+    ],
     forbidden=[Transformer],
     shortcuts=[
         lambda model, src, tgt_in, src_mask=None: model(src, tgt_in, src_mask),
@@ -369,6 +448,14 @@ def _cached_new_first(attn, h_new, k_cache, v_cache):  # noqa: ANN001, ANN202
     return _attend(attn, q, k, v, d_k, *h_new.shape[::2]), k, v
 
 
+def _cached_softmax_over_queries(attn, h_new, k_cache, v_cache):  # noqa: ANN001, ANN202
+    _, q, k_new, v_new, d_k = _cached_parts(attn, h_new, k_cache, v_cache)
+    k, v = torch.cat([k_cache, k_new], 2), torch.cat([v_cache, v_new], 2)
+    weights = (q @ k.transpose(-2, -1) / math.sqrt(d_k)).softmax(-2)  # over the single query: every weight is 1
+    out = (weights @ v).transpose(1, 2).reshape(h_new.shape)
+    return attn.w_o(out), k, v
+
+
 def _cached_no_w_o(attn, h_new, k_cache, v_cache):  # noqa: ANN001, ANN202
     _, q, k_new, v_new, d_k = _cached_parts(attn, h_new, k_cache, v_cache)
     k, v = torch.cat([k_cache, k_new], 2), torch.cat([v_cache, v_new], 2)
@@ -407,7 +494,38 @@ cached_self_attention = Exercise(
     ],
     level="harder",
     kind="transfer",
-    wrong=[_cached_no_append, _cached_old_only, _cached_no_scale, _cached_new_first, _cached_no_w_o],
+    mistakes=[
+        Mistake(
+            _cached_no_append,
+            "the new query attended only to its own key and value: the earlier positions' keys and values in the "
+            "cache were neither used nor kept.",
+        ),
+        Mistake(
+            _cached_old_only,
+            "the new token did not attend to itself: its own key and value were left out of its attention, but a "
+            "position may see itself (the causal mask keeps the diagonal).",
+        ),
+        Mistake(
+            _cached_no_scale,
+            "the scores were not divided by the square root of d_k before the softmax, so the weights came out "
+            "too peaked.",
+        ),
+        Mistake(
+            _cached_softmax_over_queries,
+            "the softmax ran over the axis of the single query, so every weight became 1: a query's weights "
+            "share 1 among the keys.",
+        ),
+        Mistake(
+            _cached_new_first,
+            "the new key and value went in front of the cached ones: attention does not care about their order, "
+            "but the next steps do, since the cache holds the positions in order, the newest last.",
+        ),
+        Mistake(
+            _cached_no_w_o,
+            "the heads were merged but the output projection w_o was never applied.",
+        ),
+    ],
+    output_names=["your out", "your k", "your v"],
     forbidden=[
         MultiHeadAttention.forward,
         MultiHeadAttention.attend,

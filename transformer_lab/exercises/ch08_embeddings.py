@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 import transformer_lab as tl
 from transformer_lab.embedding import PositionalEncoding, TokenEmbedding, rotation_matrix, sinusoidal_encoding
-from transformer_lab.exercises.core import Case, Exercise
+from transformer_lab.exercises.core import Case, Exercise, Mistake
 
 __all__ = ["predict_notes_shape", "embedding_grad", "embed_and_encode", "rotary"]
 
@@ -111,6 +111,11 @@ def _grad_scaled(tokens, grad_out, vocab_size):  # noqa: ANN001, ANN202
     return one_hot.T @ grad_out.reshape(-1, d_model) * math.sqrt(d_model)  # TokenEmbedding's scale: not here
 
 
+def _grad_per_sentence(tokens, grad_out, vocab_size):  # noqa: ANN001, ANN202
+    one_hot = nn.functional.one_hot(tokens, vocab_size).to(grad_out.dtype)  # (..., L, V): the batch axis kept
+    return one_hot.transpose(-2, -1) @ grad_out  # (..., V, D): one gradient per sentence, never added up
+
+
 def _copy(function):  # noqa: ANN001, ANN202
     """A distinct function with the reference's code: what a wrong answer that reuses it looks like."""
     return type(function)(function.__code__.replace(), function.__globals__, function.__name__)
@@ -168,7 +173,33 @@ embedding_grad = Exercise(
     ],
     level="medium",
     kind="build",
-    wrong=[_grad_overwrite, _grad_mean, _grad_every_row, _grad_scaled],
+    mistakes=[
+        Mistake(
+            _grad_overwrite,
+            "a repeated id kept the gradient of only one of its occurrences, as if the word had been read once: "
+            "its row was copied to every place the id occurs, and each copy passed a gradient back.",
+        ),
+        Mistake(
+            _grad_mean,
+            "the gradients of a repeated id were averaged, as if its occurrences had shared one use of the row: "
+            "each occurrence is a use of its own.",
+        ),
+        Mistake(
+            _grad_every_row,
+            "every row of the table received the gradient of every look-up: a row that was never read did not "
+            "change the loss, so its gradient is zero.",
+        ),
+        Mistake(
+            _grad_scaled,
+            "the gradient was multiplied by sqrt(d_model): that factor belongs to tl.TokenEmbedding's forward, not "
+            "to the plain look-up whose gradient is asked for here.",
+        ),
+        Mistake(
+            _grad_per_sentence,
+            "the gradient came back with one table per sentence: the whole batch reads one and the same table, so "
+            "the answer is a single (V, D) gradient.",
+        ),
+    ],
     forbidden=["backward", "grad", "embedding", "embedding_backward", "embedding_dense_backward"],
     shortcuts=[_grad_by_autograd, _grad_by_autograd_grad],
 )
@@ -220,6 +251,21 @@ def _inputs_scale_by_vocab(tokens, weight):  # noqa: ANN001, ANN202
     return _inputs_reference_copy(tokens, weight * math.sqrt(v) / math.sqrt(d))
 
 
+def _inputs_divided(tokens, weight):  # noqa: ANN001, ANN202
+    d_model = weight.shape[1]
+    return _inputs_reference_copy(tokens, weight / d_model)  # the embedding shrunk by sqrt(d_model)
+
+
+def _inputs_sin_cos_swapped(tokens, weight):  # noqa: ANN001, ANN202
+    length, d_model = tokens.shape[1], weight.shape[1]
+    position = torch.arange(length, dtype=torch.float64).unsqueeze(1)
+    angles = position / 10000 ** (torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    pe = torch.zeros(length, d_model, dtype=torch.float64)
+    pe[:, 0::2] = torch.cos(angles)  # cosines in the even columns
+    pe[:, 1::2] = torch.sin(angles[:, : d_model // 2])
+    return weight[tokens] * math.sqrt(d_model) + pe.to(weight.dtype)
+
+
 _inputs_reference_copy = _copy(_embed_and_encode_reference)
 
 
@@ -269,7 +315,34 @@ embed_and_encode = Exercise(
     ],
     level="medium",
     kind="debug",
-    wrong=[notes_000_inputs, _inputs_scale_only, _inputs_odd_only, _inputs_scale_everything, _inputs_scale_by_vocab],
+    wrong=[notes_000_inputs, _inputs_scale_only],  # they fail as the no-scale mistake does, or raise
+    mistakes=[
+        Mistake(
+            _inputs_odd_only,
+            "the token embedding went in unscaled, as in note 000: without the factor of section 3.4 of the paper "
+            "(section 2 here) the small embedding is drowned by the encoding.",
+        ),
+        Mistake(
+            _inputs_divided,
+            "the embedding was made smaller instead of larger: its entries have a standard deviation of about "
+            "1/sqrt(d_model), and the paper's factor brings them up to the size of the encoding (section 2).",
+        ),
+        Mistake(
+            _inputs_scale_everything,
+            "the positional encoding was scaled too: the paper's factor applies to the token embedding only, and "
+            "the encoding keeps its values between -1 and 1.",
+        ),
+        Mistake(
+            _inputs_scale_by_vocab,
+            "the embedding was scaled by the size of the vocabulary: the factor of section 3.4 depends on d_model, "
+            "the length of a vector, not on how many rows the table has.",
+        ),
+        Mistake(
+            _inputs_sin_cos_swapped,
+            "the sines and the cosines changed places: in the paper's formula dimension 2i of each pair holds the "
+            "sine and dimension 2i + 1 the cosine.",
+        ),
+    ],
     forbidden=[sinusoidal_encoding, PositionalEncoding, TokenEmbedding],
     shortcuts=[_inputs_with_library, _inputs_with_modules],
 )
@@ -340,6 +413,16 @@ def _rotary_i_not_2i(x):  # noqa: ANN001, ANN202
     return _rotate_pairs(x, position * omega)
 
 
+def _rotary_overwritten(x):  # noqa: ANN001, ANN202
+    position, omega = _rotary_parts(x)
+    theta = position * omega
+    cos, sin = theta.cos().to(x.dtype), theta.sin().to(x.dtype)
+    out = x.clone()
+    out[..., 0::2] = out[..., 0::2] * cos - out[..., 1::2] * sin
+    out[..., 1::2] = out[..., 0::2] * sin + out[..., 1::2] * cos  # reads the first member already turned
+    return out
+
+
 def _rotary_with_matrices(x):  # noqa: ANN001, ANN202
     d_model = x.shape[-1]
     rows = [x[..., t, :] @ rotation_matrix(d_model, -t).to(x.dtype).T for t in range(x.shape[-2])]
@@ -376,7 +459,37 @@ rotary = Exercise(
     ],
     level="harder",
     kind="transfer",
-    wrong=[_rotary_clockwise, _rotary_halves, _rotary_from_one, _rotary_one_frequency, _rotary_i_not_2i],
+    mistakes=[
+        Mistake(
+            _rotary_clockwise,
+            "every pair turned the other way round, clockwise: section 5's R_k acts on (sin, cos) pairs and has its "
+            "sines in the other places; the matrix of this exercise turns (x_2i, x_2i+1) counter-clockwise.",
+        ),
+        Mistake(
+            _rotary_halves,
+            "the pairs were made of dimensions i and i + D/2 (the split-in-halves layout of some libraries): this "
+            "chapter pairs neighbours, dimensions 2i and 2i + 1.",
+        ),
+        Mistake(
+            _rotary_from_one,
+            "the positions were counted from 1: the first position is 0 and does not turn at all.",
+        ),
+        Mistake(
+            _rotary_one_frequency,
+            "every pair turned by the same angle t: each pair i has its own frequency omega_i, the first pair "
+            "turning fastest.",
+        ),
+        Mistake(
+            _rotary_i_not_2i,
+            "the frequencies used i where the encoding's exponent has 2i, so every pair after the first turned too "
+            "fast.",
+        ),
+        Mistake(
+            _rotary_overwritten,
+            "the second member of each pair was computed from the first member after it had already been turned: "
+            "both new values come from the pair as it was.",
+        ),
+    ],
     forbidden=[rotation_matrix],
     shortcuts=[_rotary_with_matrices, _rotary_with_matrices_by_name],
 )

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from transformer_lab import training
-from transformer_lab.exercises.core import Case, Exercise
+from transformer_lab.exercises.core import Case, Exercise, Mistake
 from transformer_lab.training import label_smoothed_loss as _library_loss
 
 __all__ = ["predict_untied_extra", "label_smoothed_loss", "predict_noam_fractions", "gnmt_scores"]
@@ -109,6 +109,24 @@ def _smoothing_sum(logits, target, pad_id, smoothing):  # noqa: ANN001, ANN202
     return -(q * log_p).sum(-1)[real].sum()  # a sum: grows with the batch
 
 
+def _smoothing_no_minus(logits, target, pad_id, smoothing):  # noqa: ANN001, ANN202
+    log_p = logits.log_softmax(-1)
+    q = torch.full_like(log_p, smoothing / (logits.shape[-1] - 2))
+    q.scatter_(-1, target.unsqueeze(-1), 1 - smoothing)
+    q[..., pad_id] = 0
+    real = target != pad_id
+    return (q * log_p).sum(-1)[real].mean()  # the sum of q log p, a negative number
+
+
+def _smoothing_added_on_top(logits, target, pad_id, smoothing):  # noqa: ANN001, ANN202
+    log_p = logits.log_softmax(-1)
+    vocab = logits.shape[-1]
+    q = smoothing / (vocab - 2) + (1 - smoothing) * F.one_hot(target, vocab).to(log_p.dtype)  # the right token: both
+    q[..., pad_id] = 0
+    real = target != pad_id
+    return -(q * log_p).sum(-1)[real].mean()
+
+
 def _smoothing_with_library(logits, target, pad_id, smoothing):  # noqa: ANN001, ANN202
     return training.label_smoothed_loss(logits, target, pad_id, smoothing)
 
@@ -152,7 +170,36 @@ label_smoothed_loss = Exercise(
     ],
     level="medium",
     kind="build",
-    wrong=[_smoothing_pytorch, _smoothing_counts_pad_positions, _smoothing_mass_on_pad, _smoothing_sum],
+    mistakes=[
+        Mistake(
+            _smoothing_no_minus,
+            "the loss came out negative: log-probabilities are at most 0, and a cross-entropy is a positive number "
+            "that shrinks as the model gets better.",
+        ),
+        Mistake(
+            _smoothing_sum,
+            "the losses of the positions were added up, not averaged: such a loss grows with the batch and the "
+            "length of the answers.",
+        ),
+        Mistake(
+            _smoothing_pytorch,
+            "that is PyTorch's label_smoothing, which spreads eps over every token, the right one and PAD "
+            "included: another q than the paper's one above.",
+        ),
+        Mistake(
+            _smoothing_mass_on_pad,
+            "PAD received a share of eps: PAD is never a right answer, so the smoothed target gives it nothing.",
+        ),
+        Mistake(
+            _smoothing_added_on_top,
+            "the right token got 1 - eps on top of its share of eps, so q no longer sums to 1.",
+        ),
+        Mistake(
+            _smoothing_counts_pad_positions,
+            "the padded positions were counted in the average: a position whose target is PAD has nothing to "
+            "predict and must not weigh in.",
+        ),
+    ],
     forbidden=[_library_loss],
     shortcuts=[_smoothing_with_library, _smoothing_by_name],
 )
@@ -244,6 +291,13 @@ def _gnmt_no_eos(log_probs, tokens, pad_id, alpha):  # noqa: ANN001, ANN202
     return (picked * real).sum(-1) / ((5 + length) / 6) ** alpha
 
 
+def _gnmt_power_of_six(log_probs, tokens, pad_id, alpha):  # noqa: ANN001, ANN202
+    picked = log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    real = tokens != pad_id
+    length = real.sum(-1).to(log_probs.dtype)
+    return (picked * real).sum(-1) / ((5 + length) / 6**alpha)  # ** binds tighter than /: only 6 is raised
+
+
 def _gnmt_by_reference(log_probs, tokens, pad_id, alpha):  # noqa: ANN001, ANN202
     from transformer_lab.exercises import ch09_full_model
 
@@ -295,6 +349,33 @@ gnmt_scores = Exercise(
     ],
     level="harder",
     kind="transfer",
-    wrong=[_gnmt_library_style, _gnmt_counts_padding, _gnmt_full_length, _gnmt_multiplied, _gnmt_no_eos],
+    mistakes=[
+        Mistake(
+            _gnmt_library_style,
+            "the log-probability was divided by |y| to the power alpha, tl.beam_search's default: GNMT's penalty "
+            "is the other formula, the one with the 5 and the 6.",
+        ),
+        Mistake(
+            _gnmt_power_of_six,
+            "the power alpha was applied to the 6 alone, not to the whole fraction: in Python ** binds tighter than /.",
+        ),
+        Mistake(
+            _gnmt_multiplied,
+            "the log-probability was multiplied by the penalty, not divided by it: long answers were pushed down "
+            "further instead of helped.",
+        ),
+        Mistake(
+            _gnmt_no_eos,
+            "EOS was not counted in |y|: it is a generated token like the others.",
+        ),
+        Mistake(
+            _gnmt_counts_padding,
+            "the log-probabilities after EOS were added too: the steps that hold PAD are not part of the hypothesis.",
+        ),
+        Mistake(
+            _gnmt_full_length,
+            "every hypothesis got the padded length L: |y| counts each hypothesis's own tokens.",
+        ),
+    ],
     shortcuts=[_gnmt_by_reference, _gnmt_by_name],
 )

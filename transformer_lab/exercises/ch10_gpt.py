@@ -12,9 +12,9 @@ Shape legend: B batch, T positions, D d_model, H heads, d_k = D / H, V vocabular
 from __future__ import annotations
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
-from transformer_lab.exercises.core import Case, Exercise
+from transformer_lab.exercises.core import Case, Exercise, Mistake
 from transformer_lab.gpt import GPT, filter_logits
 
 __all__ = ["predict_masked_entries", "predict_gpt_parameters", "conv1d_qkv_heads", "top_p_filter"]
@@ -127,6 +127,12 @@ def _conv1d_no_transpose(x, weight, bias, n_heads):  # noqa: ANN001, ANN202
     return tuple(p.reshape(b, n_heads, t, d // n_heads) for p in qkv.split(d, dim=-1))  # mixes positions
 
 
+def _conv1d_heads_not_moved(x, weight, bias, n_heads):  # noqa: ANN001, ANN202
+    b, t, d = x.shape
+    qkv = x @ weight + bias
+    return tuple(p.reshape(b, t, n_heads, d // n_heads) for p in qkv.split(d, dim=-1))  # (B, T, H, d_k)
+
+
 def _conv1d_per_head_layout(x, weight, bias, n_heads):  # noqa: ANN001, ANN202
     b, t, d = x.shape
     qkv = (x @ weight + bias).reshape(b, t, n_heads, 3, d // n_heads)  # assumes [q|k|v] inside each head
@@ -190,8 +196,35 @@ conv1d_qkv_heads = Exercise(
     ],
     level="medium",
     kind="build",
-    wrong=[_conv1d_transposed, _conv1d_no_transpose, _conv1d_per_head_layout, _conv1d_no_bias],
-    forbidden=[GPT],
+    mistakes=[
+        Mistake(
+            _conv1d_transposed,
+            "the weight was read in a Linear's (out, in) layout: a Conv1D stores (in, out), so its rows belong to "
+            "the input features.",
+        ),
+        Mistake(
+            _conv1d_per_head_layout,
+            "each head's q, k and v were taken to sit side by side: the checkpoint stores all of q first, then all "
+            "of k, then all of v.",
+        ),
+        Mistake(
+            _conv1d_no_bias,
+            "the bias was left out: a Conv1D adds it to the product, as a Linear does.",
+        ),
+        # while T == H (the first two cases) this one and the next give the same tensor: this one is said there
+        Mistake(
+            _conv1d_no_transpose,
+            "the projection was reshaped straight to (B, H, T, d_k): a reshape only regroups the numbers in their "
+            "memory order, so each head got features of several positions (chapter 03).",
+        ),
+        Mistake(
+            _conv1d_heads_not_moved,
+            "the heads stayed behind the positions: the result is (B, T, H, d_k), and attention wants the heads "
+            "in front, (B, H, T, d_k).",
+        ),
+    ],
+    forbidden=[GPT, nn.Linear],  # "use tensor operations only (no GPT, no nn.Linear)"
+    output_names=["your q", "your k", "your v"],
     shortcuts=[_conv1d_with_library],
 )
 
@@ -236,6 +269,14 @@ def _top_p_sorted_order(logits, top_p):  # noqa: ANN001, ANN202
     return sorted_logits.masked_fill(before >= top_p, float("-inf"))  # forgot to scatter back
 
 
+def _top_p_one_softmax_for_all(logits, top_p):  # noqa: ANN001, ANN202
+    order = torch.argsort(logits, dim=-1, descending=True)
+    exp = torch.exp(torch.gather(logits, -1, order) - logits.max())
+    probs = exp / exp.sum()  # normalised over the whole tensor, not row by row
+    drop = torch.zeros_like(probs, dtype=torch.bool).scatter(-1, order, torch.cumsum(probs, -1) - probs >= top_p)
+    return logits.masked_fill(drop, float("-inf"))
+
+
 def _top_p_zero_instead(logits, top_p):  # noqa: ANN001, ANN202
     order = torch.argsort(logits, dim=-1, descending=True)
     probs = torch.gather(_probs(logits), -1, order)
@@ -274,7 +315,32 @@ top_p_filter = Exercise(
     ],
     level="harder",
     kind="transfer",
-    wrong=[_top_p_cumsum_inclusive, _top_p_unsorted, _top_p_sorted_order, _top_p_zero_instead],
+    mistakes=[
+        Mistake(
+            _top_p_cumsum_inclusive,
+            "the token whose probability carries the running total past top_p was dropped too: the kept tokens "
+            "then add up to less than top_p, and a tiny top_p drops even the most likely token.",
+        ),
+        Mistake(
+            _top_p_unsorted,
+            "the probabilities were added up in the vocabulary's order: the nucleus is counted from the most likely "
+            "token down.",
+        ),
+        Mistake(
+            _top_p_sorted_order,
+            "the result came back in ranked order: each logit must stay at its token's place in the vocabulary.",
+        ),
+        Mistake(
+            _top_p_zero_instead,
+            "the dropped logits were set to 0: a logit of 0 still has a probability after the softmax, so those "
+            "tokens can still be sampled.",
+        ),
+        Mistake(
+            _top_p_one_softmax_for_all,
+            "the probabilities were normalized over the whole tensor, not within each row: each row is a "
+            "distribution of its own and sums to 1 by itself.",
+        ),
+    ],
     forbidden=[filter_logits, "softmax", "log_softmax"],
     shortcuts=[_top_p_with_library, _top_p_through_generate_helper],
 )

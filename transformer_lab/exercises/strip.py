@@ -74,7 +74,7 @@ def strip_source(source: str, keep: tuple[str, ...] = (), literals: dict[str, di
                 arguments[argument] = ast.parse(literal, mode="eval").body
         for key in ("reference", "wrong", "shortcuts", "mistakes"):
             answers |= _names(arguments.get(key))
-        kept = {"name", "cases", "hints", "level", "kind", "run", "forbidden"} | set(keep)
+        kept = {"name", "cases", "hints", "level", "kind", "run", "forbidden", "output_names"} | set(keep)
         call.args = []
         call.keywords = [ast.keyword(arg=k, value=v) for k, v in arguments.items() if k in kept]
         call.keywords.insert(1, ast.keyword(arg="reference", value=ast.Name("_withheld", ast.Load())))
