@@ -32,7 +32,9 @@ from transformer_lab.model import (  # chapter 09
     load_checkpoint,
     save_checkpoint,
 )
-from transformer_lab.gpt import GPT, GPTConfig  # chapter 10
+from transformer_lab.gpt import GPT, GPTConfig  # chapter 10 (chapter 11: its switches)
+from transformer_lab.feedforward import SwiGLU  # chapter 11
+from transformer_lab.modern import RotaryEmbedding  # chapter 11
 from transformer_lab.i18n import get_language, set_language  # the language of checks and hints (en, zh)
 
 __version__ = "0.1.0"
@@ -70,13 +72,28 @@ __all__ = [
     "load_checkpoint",
     "GPTConfig",
     "GPT",
+    "SwiGLU",
+    "RotaryEmbedding",
     "set_language",
     "get_language",
 ]
 
 # Course machinery and chapter 09's tools, imported on first use (`tl.plotting`, `tl.widgets`, ...)
 # so that `import transformer_lab` alone stays light for an engineer who only wants the model.
-_SUBMODULES = ("plotting", "widgets", "exercises", "diagnostics", "data", "training", "decoding", "shipped", "i18n")
+_SUBMODULES = (
+    "plotting",
+    "widgets",
+    "exercises",
+    "diagnostics",
+    "data",
+    "training",
+    "decoding",
+    "shipped",
+    "i18n",
+    "hf",
+    "muon",
+    "bpe",
+)
 
 
 def __getattr__(name: str):  # noqa: ANN202 - module-level lazy import (PEP 562)

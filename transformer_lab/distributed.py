@@ -8,7 +8,10 @@ seed and keeps only its rows, so the data needs no sharding and N processes see 
 would. DDP then averages the gradients over the processes during `backward`; the per-process loss is
 weighted (`DataParallel.weight`) so that this average is exactly the gradient of the global batch's loss,
 even when the slices hold different numbers of rows or of counted (non-PAD) targets. The optimiser steps
-then agree on every process, and the weights stay equal without further communication.
+then agree on every process, and the weights stay equal without further communication. That holds for
+Muon too (`tl.muon`, chapter 11): every process orthogonalises the same averaged gradients itself, so each
+keeps the whole optimizer state and rank 0's checkpoint is complete (Keller Jordan's distributed Muon
+instead shares the Newton-Schulz work out and gathers the new weights: less compute, more communication).
 
 Without torchrun (no RANK / WORLD_SIZE / LOCAL_RANK), or with WORLD_SIZE=1, `DataParallel` does nothing:
 the trainers run as they always did.

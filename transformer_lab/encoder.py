@@ -76,6 +76,33 @@ class EncoderLayer(nn.Module):
         self.dropout1 = nn.Dropout(dropout)
         self.dropout2 = nn.Dropout(dropout)
 
+    @classmethod
+    def from_parts(
+        cls,
+        self_attn: MultiHeadAttention,
+        feed_forward: nn.Module,
+        norm1: nn.Module,
+        norm2: nn.Module,
+        dropout: float = 0.1,
+        norm_first: bool = True,
+    ) -> EncoderLayer:
+        """A layer around sublayers built elsewhere, with the same `forward` (chapter 11's GPT switches: rotary or
+        grouped-query attention, a SwiGLU network, RMSNorm). `self_attn` must be a `MultiHeadAttention`."""
+        if not isinstance(self_attn, MultiHeadAttention):
+            raise TypeError(f"self_attn must be a tl.MultiHeadAttention, got {type(self_attn).__name__}")
+        for name, part in (("feed_forward", feed_forward), ("norm1", norm1), ("norm2", norm2)):
+            if not isinstance(part, nn.Module):
+                raise TypeError(f"{name} must be an nn.Module, got {type(part).__name__}")
+        check_bool("norm_first", norm_first)
+        layer = cls.__new__(cls)
+        nn.Module.__init__(layer)
+        layer.d_model = self_attn.d_model
+        layer.norm_first = norm_first
+        layer.self_attn, layer.feed_forward, layer.norm1, layer.norm2 = self_attn, feed_forward, norm1, norm2
+        layer.dropout1 = nn.Dropout(dropout)
+        layer.dropout2 = nn.Dropout(dropout)
+        return layer
+
     def forward(self, x: Tensor, mask: Tensor | None = None) -> Tensor:
         if not is_trusted():  # called on its own: check here, then let the sublayers trust the inputs
             check_encoder_inputs(self, x, mask, self.self_attn.n_heads, self.d_model)

@@ -21,7 +21,24 @@ How the names map onto nanoGPT / GPT-2 (what `GPT.from_gpt2` converts):
     ln_f -> norm                  h.i.attn.c_proj -> w_o            h.i.ln_2       -> layers.i.norm2
     lm_head -> lm_head (tied to token_embedding)
 
-Shape legend: B batch, T length, D d_model, H heads, d_k = D / H, V vocabulary size, N n_layers.
+Chapter 11 turns the same model, switch by switch, into a 2026 decoder (`GPTConfig`'s fields after
+`activation`; GPT-2's behaviour is every default). How the switches depart from GPT-2, and where each lives:
+
+    positions="rope"              no wpe; each head's q and k turned by their position (`tl.modern.RotaryEmbedding`)
+    norm="rms" / "rms_no_weight"  `nn.RMSNorm` (with or without gains) for every LayerNorm
+    embedding_norm=True           one more norm right after the embedding (nanochat)
+    qk_norm="rms" / ...           RMSNorm over each head's queries and keys (`MultiHeadAttention.q_norm`, `k_norm`)
+    activation="relu2" / "swiglu" ReLU^2 in `FeedForward`, or the gated `SwiGLU` (three matrices)
+    n_kv_heads, head_dim          grouped-query attention (a KV cache of H_kv heads), a head size apart from D / H
+    logit_softcap=c               logits = c tanh(logits / c)
+    zero_init_output=True         W^O and W_2 start at zero
+    bias=False, tie_embeddings=False   (chapter 10's switches) no biases, an untied head
+
+A block stays chapter 06's `EncoderLayer`; the switches choose the attention, feed-forward network and norms
+inside it (`_block`). `tl.hf` reads Llama and Qwen3 checkpoints into this model.
+
+Shape legend: B batch, T length, D d_model, H heads, H_kv key/value heads, d_k = D / H (or head_dim),
+V vocabulary size, N n_layers.
 """
 
 from __future__ import annotations
@@ -33,6 +50,7 @@ import os
 import pickle
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -52,31 +70,69 @@ from transformer_lab.attention import attention as scaled_attention
 from transformer_lab.decoder import DecoderCache, LayerCache
 from transformer_lab.embedding import LearnedPositionalEmbedding
 from transformer_lab.encoder import EncoderLayer
-from transformer_lab.feedforward import _ACTIVATIONS, FeedForward
+from transformer_lab.feedforward import _ACTIVATIONS, FeedForward, SwiGLU, swiglu_width
 from transformer_lab.masking import causal_mask
-from transformer_lab.multihead import MultiHeadAttention
+from transformer_lab.modern import ROPE_LAYOUTS, Float32RMSNorm, RopeScaling, RotaryEmbedding, soft_cap
+from transformer_lab.multihead import MultiHeadAttention, repeat_kv_heads
 from transformer_lab.normalization import LayerNorm
 from transformer_lab.residual import sublayer_connection
 
-__all__ = ["GPTConfig", "GPT", "filter_logits", "load_gpt2_state_dict", "load_gpt2"]
+__all__ = ["GPTConfig", "GPT", "filter_logits", "load_gpt2_state_dict", "load_gpt2", "cache_bytes"]
 
 
 @dataclass(frozen=True)
 class GPTConfig:
-    """Every size of a `GPT`, frozen and checked when created (chapter 10); nanoGPT's `GPTConfig`.
+    """Every size and switch of a `GPT`, frozen and checked when created (chapter 10); nanoGPT's `GPTConfig`.
+
+    The first nine fields are chapter 10's GPT-2. The others are chapter 11's switches towards a 2026 decoder
+    (Llama 3, Qwen3, Gemma, nanochat); each is one change, and its default is GPT-2's behaviour, so a config
+    that sets none of them (or a checkpoint saved before they existed) is chapter 10's model, unchanged.
 
     Args:
         vocab_size: V, the number of token ids.
         block_size: the context length: the number of learned positions, the longest `idx` `forward` takes.
         d_model: D (nanoGPT's n_embd).
-        n_heads: H; d_model must be divisible by it.
+        n_heads: H; d_model must be divisible by it unless head_dim is given.
         n_layers: N, the number of blocks.
         dropout: dropout after the embeddings, on the attention weights, inside the feed-forward network
             and on each block's two residual branches (GPT-2 has no dropout inside the feed-forward network;
             with dropout=0.0, the default here, the two are the same model).
-        bias: whether the Linear layers and LayerNorms have biases (GPT-2: True; nanoGPT offers False).
-        tie_embeddings: the output head shares the token embedding's (V, D) matrix (weight tying, as GPT-2).
-        activation: the feed-forward network's activation; "gelu_tanh" is GPT-2's tanh approximation of GELU.
+        bias: whether the Linear layers and LayerNorms have biases (GPT-2: True; nanoGPT offers False; Llama,
+            Qwen3 and nanochat: False).
+        tie_embeddings: the output head shares the token embedding's (V, D) matrix (weight tying, as GPT-2;
+            False: an untied head, as Llama 3 8B, Qwen3 8B and nanochat).
+        activation: the feed-forward network: "gelu_tanh" (GPT-2's tanh approximation of GELU), "gelu", "relu",
+            "relu2" (ReLU squared, nanochat / modded-nanogpt) or "swiglu" (the gated `SwiGLU` of Llama and
+            Qwen3: three matrices, so a narrower hidden width, see `d_ff`).
+        positions: "learned" (GPT-2: a trained vector per position added to the token embedding) or "rope"
+            (rotary position embeddings: no position vectors, each head's queries and keys are turned by
+            their position inside attention; Su et al., 2021).
+        rope_base: the base of the rotary frequencies, omega_i = rope_base^(-2i / d_k) (10000 as in the
+            RoPE paper; Llama 3 500000, Qwen3 1000000). Only with positions="rope".
+        rope_layout: which features form the pairs that RoPE turns: "pairs" (2i, 2i+1), as chapter 08 and
+            the RoPE paper write it, or "halves" (i, i + d_k/2), as Hugging Face's checkpoints expect. Two
+            conventions for one model: `tl.hf` permutes W^Q and W^K rows to go from one to the other.
+        rope_scaling: Llama 3's frequency scaling (`tl.modern.RopeScaling`, or a dict of its fields), or None.
+        norm: every normalisation of the model (the two per block, the final one, the optional one after the
+            embedding): "layer" (LayerNorm, GPT-2), "rms" (RMSNorm with a gain, Llama / Qwen3; PyTorch's
+            `nn.RMSNorm`) or "rms_no_weight" (RMSNorm without parameters, nanochat).
+        norm_eps: the epsilon of every norm (GPT-2 1e-5; Llama 3 1e-5, Qwen3 1e-6).
+        embedding_norm: one more norm right after the token (and position) embedding (nanochat).
+        qk_norm: None (GPT-2), "rms" or "rms_no_weight": an RMSNorm over each head's queries and keys
+            (d_k features) after their projections and before RoPE (Qwen3 with a gain, nanochat without).
+        n_kv_heads: the number of key/value heads (grouped-query attention, Ainslie et al., 2023); it must
+            divide n_heads. None: n_heads (multi-head attention, GPT-2); 1: multi-query attention. The KV cache
+            holds only these heads (`GPT.kv_cache_bytes`).
+        head_dim: d_k, the size of each head; None: d_model / n_heads (GPT-2). Qwen3 sets it apart from D / H.
+        ff_width: the feed-forward hidden width, overriding the rule of `d_ff` (Llama and Qwen3 set it in
+            their config as intermediate_size); None: the rule.
+        logit_softcap: c in logits = c * tanh(logits / c) (Gemma 2, nanochat: 15); None: no cap (GPT-2).
+        zero_init_output: start the two projections that write into the residual stream (W^O and the
+            feed-forward network's W_2) at zero, so that every block starts as the identity (nanochat,
+            modded-nanogpt); False: GPT-2's 0.02 / sqrt(2 N).
+        hf_float32: compute RMSNorm (its statistic) and the rotary tables in float32 whatever the model's
+            dtype, as Hugging Face's Llama and Qwen3 do (`tl.modern.Float32RMSNorm`): the same model, rounded
+            as theirs is, so that a float64 copy of one equals it to 1e-10 rather than 1e-6 (`tl.hf`).
     """
 
     vocab_size: int
@@ -88,20 +144,65 @@ class GPTConfig:
     bias: bool = True
     tie_embeddings: bool = True
     activation: str = "gelu_tanh"
+    # Chapter 11's switches; each default is GPT-2's behaviour.
+    positions: str = "learned"
+    rope_base: float = 10000.0
+    rope_layout: str = "pairs"
+    rope_scaling: RopeScaling | None = None
+    norm: str = "layer"
+    norm_eps: float = 1e-5
+    embedding_norm: bool = False
+    qk_norm: str | None = None
+    n_kv_heads: int | None = None
+    head_dim: int | None = None
+    ff_width: int | None = None
+    logit_softcap: float | None = None
+    zero_init_output: bool = False
+    hf_float32: bool = False
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "block_size", "d_model", "n_heads", "n_layers"):
             check_positive_int(name, getattr(self, name))
         check_probability("dropout", self.dropout)
-        check_bool("bias", self.bias)
-        check_bool("tie_embeddings", self.tie_embeddings)
-        if self.d_model % self.n_heads != 0:
+        for name in ("bias", "tie_embeddings", "embedding_norm", "zero_init_output", "hf_float32"):
+            check_bool(name, getattr(self, name))
+        if self.head_dim is None and self.d_model % self.n_heads != 0:
             raise ValueError(
                 f"d_model must be divisible by n_heads so that each head gets d_k = d_model / n_heads features: "
-                f"got d_model={self.d_model}, n_heads={self.n_heads}"
+                f"got d_model={self.d_model}, n_heads={self.n_heads} (or set head_dim)"
             )
-        if self.activation not in _ACTIVATIONS:
-            raise ValueError(f"activation must be one of {sorted(_ACTIVATIONS)}, got {self.activation!r}")
+        for name in ("head_dim", "n_kv_heads", "ff_width"):
+            if getattr(self, name) is not None:
+                check_positive_int(name, getattr(self, name))
+        if self.n_kv_heads is not None and self.n_heads % self.n_kv_heads != 0:
+            raise ValueError(
+                f"n_kv_heads must divide n_heads, so that each key/value head serves the same number of query "
+                f"heads: got n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}"
+            )
+        _check_choice("activation", self.activation, (*_ACTIVATIONS, "swiglu"))
+        _check_choice("positions", self.positions, POSITIONS)
+        _check_choice("rope_layout", self.rope_layout, ROPE_LAYOUTS)
+        _check_choice("norm", self.norm, NORMS)
+        _check_choice("qk_norm", self.qk_norm, (None, *RMS_NORMS))
+        _check_positive_float("rope_base", self.rope_base)
+        _check_positive_float("norm_eps", self.norm_eps)
+        if self.logit_softcap is not None:
+            _check_positive_float("logit_softcap", self.logit_softcap)
+        if self.rope_scaling is not None:
+            object.__setattr__(self, "rope_scaling", RopeScaling.from_dict(self.rope_scaling))  # a checkpoint's dict
+        if self.positions == "rope":
+            if self.d_k % 2:
+                raise ValueError(
+                    f"positions='rope' turns pairs of features, so the head size d_k must be even: got d_k={self.d_k} "
+                    f"(d_model={self.d_model}, n_heads={self.n_heads}, head_dim={self.head_dim})"
+                )
+        else:
+            for name, default in (("rope_base", 10000.0), ("rope_layout", "pairs"), ("rope_scaling", None)):
+                if getattr(self, name) != default:
+                    raise ValueError(
+                        f"{name}={getattr(self, name)!r} needs positions='rope' (with positions={self.positions!r} "
+                        "there is no rotation to configure)"
+                    )
 
     @classmethod
     def gpt2(cls, **overrides: Any) -> GPTConfig:
@@ -114,16 +215,49 @@ class GPTConfig:
 
     @property
     def d_ff(self) -> int:
-        """The feed-forward network's hidden width: 4 x d_model, as in GPT-2 (and the paper: 2048 = 4 x 512)."""
-        return 4 * self.d_model
+        """The feed-forward network's hidden width: `ff_width` if set, else 4 x d_model, as in GPT-2 (and the paper:
+        2048 = 4 x 512), or for SwiGLU 8/3 x d_model rounded up to a multiple of 8 (`swiglu_width`: three
+        matrices of that width hold as many weights as two of 4 x d_model)."""
+        if self.ff_width is not None:
+            return self.ff_width
+        return swiglu_width(self.d_model) if self.activation == "swiglu" else 4 * self.d_model
+
+    @property
+    def d_k(self) -> int:
+        """The size of each head: `head_dim` if set, else d_model / n_heads."""
+        return self.head_dim if self.head_dim is not None else self.d_model // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        """The number of key/value heads: `n_kv_heads` if set, else n_heads."""
+        return self.n_kv_heads if self.n_kv_heads is not None else self.n_heads
 
     def to_dict(self) -> dict[str, Any]:
         """A plain dict (for a checkpoint that `torch.load(weights_only=True)` can read)."""
         return dataclasses.asdict(self)
 
 
+#: The values of GPTConfig's switches.
+POSITIONS = ("learned", "rope")
+RMS_NORMS = ("rms", "rms_no_weight")
+NORMS = ("layer", *RMS_NORMS)
+
+
+def _check_choice(name: str, value: object, choices: tuple[object, ...]) -> None:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}; got {value!r}")
+
+
+def _check_positive_float(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a positive number, got {value!r}")
+    if not 0 < value < math.inf:
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+
+
 class GPT(nn.Module):
-    """A decoder-only Transformer language model: GPT-2's architecture from the course's modules (chapter 10).
+    """A decoder-only Transformer language model: GPT-2's architecture from the course's modules (chapter 10),
+    and with chapter 11's switches (see `GPTConfig`) Llama's, Qwen3's or nanochat's.
 
     Args:
         config: a `GPTConfig`.
@@ -139,13 +273,20 @@ class GPT(nn.Module):
         self.config = config
         c = config
         self.token_embedding = nn.Embedding(c.vocab_size, c.d_model)  # wte, (V, D); no sqrt(D) scale in GPT
-        self.position_embedding = LearnedPositionalEmbedding(c.block_size, c.d_model)  # wpe, (block_size, D)
-        self.dropout = nn.Dropout(c.dropout)
-        self.layers = nn.ModuleList(
-            EncoderLayer(c.d_model, c.n_heads, c.d_ff, c.dropout, norm_first=True, activation=c.activation)
-            for _ in range(c.n_layers)
+        # wpe, (block_size, D); None with rotary positions, which turn each head's queries and keys instead
+        self.position_embedding = (
+            LearnedPositionalEmbedding(c.block_size, c.d_model) if c.positions == "learned" else None
         )
-        self.norm = LayerNorm(c.d_model)  # ln_f: Pre-Norm leaves the last block's output un-normalized
+        self.embedding_norm = _norm(c, c.d_model) if c.embedding_norm else None  # nanochat's norm after wte
+        self.dropout = nn.Dropout(c.dropout)
+        # One rotary module serves every layer (its tables depend only on d_k and block_size).
+        rotary = (
+            RotaryEmbedding(c.d_k, c.block_size, c.rope_base, c.rope_layout, c.rope_scaling, c.hf_float32)
+            if c.positions == "rope"
+            else None
+        )
+        self.layers = nn.ModuleList(_block(c, rotary) for _ in range(c.n_layers))
+        self.norm = _norm(c, c.d_model)  # ln_f: Pre-Norm leaves the last block's output un-normalized
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)  # (V, D)
         if c.tie_embeddings:
             # Weight tying: one (V, D) matrix embeds the input tokens and scores the next one.
@@ -160,14 +301,14 @@ class GPT(nn.Module):
     def reset_parameters(self) -> None:
         """GPT-2's initialisation (as nanoGPT and Hugging Face's GPT-2 do it).
 
-        Every Linear weight and both embeddings ~ N(0, 0.02^2), biases 0, LayerNorms gamma 1 and beta 0. The two
+        Every Linear weight and both embeddings ~ N(0, 0.02^2), biases 0, norms gamma 1 and beta 0. The two
         projections that write into the residual stream (attention's W^O, nanoGPT's `attn.c_proj`, and the
         feed-forward network's W_2, `mlp.c_proj`) get std 0.02 / sqrt(2 N) instead. Why: each block ADDS two
         branches to the residual stream x, so at the top x is the embedding plus 2N such terms. Roughly
         independent terms add their variances, so with a fixed std the stream's variance would grow like 2N
         with depth; scaling each branch's last weight by 1/sqrt(2N) keeps the sum's variance independent of N.
         The GPT-2 paper (section 2.3) states the rule as a 1/sqrt(N) scale, its N counting residual layers,
-        two per block: 1/sqrt(2 n_layers) here.
+        two per block: 1/sqrt(2 n_layers) here. With `zero_init_output` (chapter 11) those two start at 0.
         """
         std = 0.02
         for module in self.modules():
@@ -181,14 +322,34 @@ class GPT(nn.Module):
                 nn.init.ones_(module.weight)
                 if isinstance(module.bias, nn.Parameter):
                     nn.init.zeros_(module.bias)
+            elif isinstance(module, (nn.RMSNorm, Float32RMSNorm)) and module.weight is not None:
+                nn.init.ones_(module.weight)
         residual_std = std / math.sqrt(2 * self.config.n_layers)
         for layer in self.layers:
-            nn.init.normal_(layer.self_attn.w_o.weight, mean=0.0, std=residual_std)
-            nn.init.normal_(layer.feed_forward.w2.weight, mean=0.0, std=residual_std)
+            for weight in (layer.self_attn.w_o.weight, layer.feed_forward.w2.weight):
+                if self.config.zero_init_output:
+                    nn.init.zeros_(weight)
+                else:
+                    nn.init.normal_(weight, mean=0.0, std=residual_std)
 
     def new_cache(self) -> DecoderCache:
-        """An empty KV cache for `forward(idx, cache=...)`: each layer's keys and values, and the length so far."""
+        """An empty KV cache for `forward(idx, cache=...)`: each layer's keys and values, and the length so far.
+
+        Each layer holds keys and values of shape (B, H_kv, length, d_k): with grouped-query attention only the
+        n_kv_heads key/value heads, which is where its memory saving comes from (`kv_cache_bytes`)."""
         return DecoderCache.empty(self.config.n_layers)
+
+    def kv_cache_bytes(self, length: int, batch: int = 1) -> int:
+        """The bytes a full KV cache holds for `batch` sequences of `length` positions (chapter 11).
+
+        2 (keys and values) x N layers x B x H_kv x length x d_k numbers in the model's dtype: with H_kv = H / g
+        key/value heads, g times less than multi-head attention. `cache_bytes(cache)` measures a filled cache.
+        """
+        check_positive_int("length", length)
+        check_positive_int("batch", batch)
+        c = self.config
+        itemsize = self.token_embedding.weight.element_size()
+        return 2 * c.n_layers * batch * c.kv_heads * length * c.d_k * itemsize
 
     def forward(self, idx: Tensor, cache: DecoderCache | None = None, *, through_modules: bool = False) -> Tensor:
         """Logits for the token after each position of `idx`.
@@ -214,16 +375,23 @@ class GPT(nn.Module):
         # per layer and per generated token, cost more than the layer's arithmetic at chapter 10's size).
         with trusted():
             x = self.token_embedding(idx)  # (B, T, D)
-            x = self.dropout(self.position_embedding(x, start=start))  # (B, T, D), positions start..start+T-1
+            if self.position_embedding is not None:  # learned positions; rotary ones turn q and k in attention
+                x = self.position_embedding(x, start=start)  # (B, T, D), positions start..start+T-1
+            if self.embedding_norm is not None:  # chapter 11: a norm right after the embedding (nanochat)
+                x = self.embedding_norm(x)
+            x = self.dropout(x)
             # Query t (absolute position start + t) may see keys 0..start+t: rows start..start+T-1 of the full
             # mask. A single new token sees everything, so it needs no mask (and the fused kernel can skip it).
             mask = None if length == 1 else self.causal[start : start + length, : start + length]  # (T, start + T)
             for i, layer in enumerate(self.layers):
-                x = layer(x, mask) if cache is None else _cached_layer(layer, x, mask, cache.layers[i])  # (B, T, D)
+                x = layer(x, mask) if cache is None else _cached_layer(layer, x, mask, cache.layers[i], start)
             if cache is not None:
                 cache.length += length
             x = self.norm(x)  # (B, T, D); fused or term by term as `tl.record_attention` set it
-            return self.lm_head(x)  # (B, T, V)
+            logits = self.lm_head(x)  # (B, T, V)
+            if self.config.logit_softcap is not None:  # chapter 11: c * tanh(z / c) (Gemma 2, nanochat)
+                logits = soft_cap(logits, self.config.logit_softcap)
+            return logits
 
     def _check_idx(self, idx: object, cache: DecoderCache | None) -> int:
         """Clear errors for bad token ids or a context past block_size; returns the first position of idx."""
@@ -250,10 +418,14 @@ class GPT(nn.Module):
                 if cache
                 else (f"idx has T={idx.shape[1]} positions")
             )
+            why = (
+                "learned positions (there is no position embedding beyond them)"
+                if self.config.positions == "learned"
+                else "positions (its rotary tables and causal mask end there)"
+            )
             raise ValueError(
-                f"context too long: {where}, but the model has block_size={self.config.block_size} learned "
-                "positions (there is no position embedding beyond them); crop idx to its last block_size tokens, "
-                "as generate does"
+                f"context too long: {where}, but the model has block_size={self.config.block_size} {why}; crop idx "
+                "to its last block_size tokens, as generate does"
             )
         return start
 
@@ -508,6 +680,7 @@ def _convert_gpt2(sd: dict[str, Tensor], config: GPTConfig) -> dict[str, Tensor]
 
 def load_gpt2_state_dict(path: str | os.PathLike[str]) -> dict[str, Tensor]:
     """Read a GPT-2 checkpoint as Hugging Face stores it, from a folder or a single file, without any network.
+    Nothing here is GPT-2's own: `tl.hf.load_hf` reads Llama and Qwen3 folders with it (chapter 11).
 
     A folder is what `save_pretrained` writes (and what a download of "openai-community/gpt2" holds):
     `model.safetensors` (read with the `safetensors` package), a sharded `model.safetensors.index.json`,
@@ -629,18 +802,66 @@ def _check_sampling(temperature: object, top_k: object, top_p: object) -> None:
         raise ValueError(f"top_p must be None or a number in (0, 1], got {top_p!r}")
 
 
-def _cached_layer(layer: EncoderLayer, x: Tensor, mask: Tensor | None, cache: LayerCache) -> Tensor:
+def _norm(config: GPTConfig, size: int) -> nn.Module:
+    """The norm `config.norm` names, over `size` features: the course's LayerNorm (GPT-2), or PyTorch's
+    `nn.RMSNorm` with or without its gain (Hugging Face's float32 arithmetic where `hf_float32` asks for it)."""
+    if config.norm == "layer":
+        return LayerNorm(size, config.norm_eps)
+    return _rms_norm(config, size, weight=config.norm == "rms")
+
+
+def _rms_norm(config: GPTConfig, size: int, weight: bool) -> nn.Module:
+    if config.hf_float32:
+        return Float32RMSNorm(size, config.norm_eps, weight=weight)
+    return nn.RMSNorm(size, eps=config.norm_eps, elementwise_affine=weight)
+
+
+def _block(config: GPTConfig, rotary: RotaryEmbedding | None) -> EncoderLayer:
+    """One block: chapter 06's Pre-Norm `EncoderLayer`, its parts chosen by the switches (chapter 11).
+
+    With GPT-2's attention and norms it is built exactly as chapter 10 builds it; otherwise around the attention,
+    feed-forward network and norms the switches pick (`EncoderLayer.from_parts`), with the same `forward`
+    (x + attn(norm1(x)), then x + ffn(norm2(x))).
+    """
+    c = config
+    gpt2_attention = c.positions == "learned" and c.qk_norm is None and c.n_kv_heads is None and c.head_dim is None
+    if gpt2_attention and c.norm == "layer" and c.activation != "swiglu":
+        return EncoderLayer(
+            c.d_model, c.n_heads, c.d_ff, c.dropout, norm_first=True, eps=c.norm_eps, activation=c.activation
+        )
+    qk_norm = None if c.qk_norm is None else partial(_rms_norm, c, weight=c.qk_norm == "rms")
+    attention = MultiHeadAttention(
+        c.d_model, c.n_heads, c.dropout, n_kv_heads=c.n_kv_heads, d_k=c.d_k, qk_norm=qk_norm, rotary=rotary
+    )
+    if c.activation == "swiglu":
+        feed_forward: nn.Module = SwiGLU(c.d_model, c.d_ff, c.dropout, bias=c.bias)
+    else:
+        feed_forward = FeedForward(c.d_model, c.d_ff, c.dropout, c.activation)
+    return EncoderLayer.from_parts(attention, feed_forward, _norm(c, c.d_model), _norm(c, c.d_model), c.dropout)
+
+
+def cache_bytes(cache: DecoderCache) -> int:
+    """The bytes of the keys and values a filled KV cache holds (chapter 11): every layer's self_k and self_v,
+    (B, H_kv, length, d_k) each. Room reserved for later positions is not counted (see `LayerCache`)."""
+    if not isinstance(cache, DecoderCache):
+        raise TypeError(f"cache must be a DecoderCache from model.new_cache(), got {type(cache).__name__}")
+    tensors = [t for layer in cache.layers for t in (layer.self_k, layer.self_v) if t is not None]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _cached_layer(layer: EncoderLayer, x: Tensor, mask: Tensor | None, cache: LayerCache, start: int = 0) -> Tensor:
     """`layer.forward(x, mask)` for a Pre-Norm `EncoderLayer`, with a KV cache (tested equal).
 
     The keys and values of the new positions are appended to the cache; the queries of the new positions
-    attend to all of them. Shape: x (B, T, D), mask (T, cached + T) or None -> (B, T, D).
+    attend to all of them. `start` is the position of x's first token (for rotary positions).
+    Shape: x (B, T, D), mask (T, cached + T) or None -> (B, T, D).
     """
     attention = layer.self_attn
     norm1, norm2 = layer.norm1, layer.norm2  # each computes fused or term by term as its own flag says
 
     def self_attention(h: Tensor) -> Tensor:
-        k, v = cache.extend_self(*attention.project_kv(h, h))  # (B, H, cached + T, d_k) each
-        return attention.attend(h, k, v, mask)  # (B, T, D)
+        k, v = cache.extend_self(*attention.project_kv(h, h, start))  # (B, H_kv, cached + T, d_k) each
+        return attention.attend(h, k, v, mask, start)  # (B, T, D)
 
     x = sublayer_connection(x, self_attention, norm1, layer.dropout1, layer.norm_first)
     return sublayer_connection(x, layer.feed_forward, norm2, layer.dropout2, layer.norm_first)
@@ -658,25 +879,28 @@ def _cached_layer(layer: EncoderLayer, x: Tensor, mask: Tensor | None, cache: La
 # subclass), none has a hook or a replaced `forward`, and no dropout is active. Otherwise (a hook to read
 # activations, say, or training with dropout) the step goes through the modules (`_cached_layer`), and so it does
 # when asked: `generate(..., through_modules=True)` or `model(idx, cache, through_modules=True)`.
+# Chapter 11's switches are all supported: rotary positions, RMSNorm, QK norm, grouped-query attention, a free
+# head size, ReLU^2 and SwiGLU, the norm after the embedding and the logit soft-cap (each tested equal).
 
 _HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+_NORM_CLASSES = (LayerNorm, nn.RMSNorm, Float32RMSNorm)
 
 
 class _LayerPlan(NamedTuple):
     """What `_decode_step` reads of one `EncoderLayer`, fetched once per `generate`."""
 
     norm1: Callable[[Tensor], Tensor]
-    w_qkv: Tensor  # (3D, D), [W^Q; W^K; W^V]
-    b_qkv: Tensor | None  # (3D,)
-    attention: MultiHeadAttention  # its path (record_weights) and where the weights are recorded
+    w_qkv: Tensor  # (H d_k + 2 H_kv d_k, D), [W^Q; W^K; W^V]
+    b_qkv: Tensor | None
+    sizes: list[int]  # the rows of W^Q, W^K and W^V in w_qkv
+    attention: MultiHeadAttention  # its path (record_weights), its heads, where the weights are recorded
+    q_norm: Callable[[Tensor], Tensor] | None
+    k_norm: Callable[[Tensor], Tensor] | None
+    rotary: RotaryEmbedding | None
     w_o: Tensor
     b_o: Tensor | None
     norm2: Callable[[Tensor], Tensor]
-    w1: Tensor
-    b1: Tensor | None
-    activation: Callable[[Tensor], Tensor]
-    w2: Tensor
-    b2: Tensor | None
+    feed_forward: Callable[[Tensor], Tensor]  # the network of FeedForward or SwiGLU, from their weights
 
 
 def _untouched(module: nn.Module) -> bool:
@@ -686,6 +910,25 @@ def _untouched(module: nn.Module) -> bool:
         and "forward" not in module.__dict__
         and getattr(module, "_compiled_call_impl", None) is None
     )
+
+
+def _feed_forward_step(
+    h: Tensor,
+    w1: Tensor,
+    b1: Tensor | None,
+    activation: Callable[[Tensor], Tensor],
+    w2: Tensor,
+    b2: Tensor | None,
+) -> Tensor:
+    """`FeedForward` from its weights: W_2 act(W_1 h + b_1) + b_2."""
+    return _linear(activation(_linear(h, w1, b1)), w2, b2)
+
+
+def _swiglu_step(
+    h: Tensor, w1: Tensor, b1: Tensor | None, w3: Tensor, b3: Tensor | None, w2: Tensor, b2: Tensor | None
+) -> Tensor:
+    """`SwiGLU` from its weights: W_2 (SiLU(W_1 h) * W_3 h)."""
+    return _linear(F.silu(_linear(h, w1, b1)) * _linear(h, w3, b3), w2, b2)
 
 
 def _decode_plan(model: GPT) -> list[_LayerPlan] | None:
@@ -701,48 +944,77 @@ def _decode_plan(model: GPT) -> list[_LayerPlan] | None:
         or not all(_untouched(m) for m in model.modules())
     ):
         return None
-    expected = [
-        (model, GPT),
-        (model.token_embedding, nn.Embedding),
-        (model.position_embedding, LearnedPositionalEmbedding),
-        (model.position_embedding.embedding, nn.Embedding),
-        (model.norm, LayerNorm),
-        (model.lm_head, nn.Linear),
-        (model.dropout, nn.Dropout),
+    expected: list[tuple[nn.Module | None, tuple[type, ...]]] = [
+        (model, (GPT,)),
+        (model.token_embedding, (nn.Embedding,)),
+        (model.norm, _NORM_CLASSES),
+        (model.lm_head, (nn.Linear,)),
+        (model.dropout, (nn.Dropout,)),
     ]
+    if model.position_embedding is not None:
+        expected += [(model.position_embedding, (LearnedPositionalEmbedding,))]
+        expected += [(model.position_embedding.embedding, (nn.Embedding,))]
+    if model.embedding_norm is not None:
+        expected += [(model.embedding_norm, _NORM_CLASSES)]
     for layer in model.layers:
         attention, ff = layer.self_attn, layer.feed_forward
-        expected += [(layer, EncoderLayer), (attention, MultiHeadAttention), (ff, FeedForward)]
-        expected += [(m, LayerNorm) for m in (layer.norm1, layer.norm2)]
-        linears = (attention.w_q, attention.w_k, attention.w_v, attention.w_o, ff.w1, ff.w2)
-        expected += [(m, nn.Linear) for m in linears]
-        expected += [(m, nn.Dropout) for m in (attention.dropout, layer.dropout1, layer.dropout2, ff.dropout)]
+        expected += [(layer, (EncoderLayer,)), (attention, (MultiHeadAttention,)), (ff, (FeedForward, SwiGLU))]
+        expected += [(m, _NORM_CLASSES) for m in (layer.norm1, layer.norm2)]
+        expected += [(m, _NORM_CLASSES) for m in (attention.q_norm, attention.k_norm) if m is not None]
+        if attention.rotary is not None:
+            expected += [(attention.rotary, (RotaryEmbedding,))]
+        linears = [attention.w_q, attention.w_k, attention.w_v, attention.w_o, ff.w1, ff.w2]
+        linears += [ff.w3] if isinstance(ff, SwiGLU) else []
+        expected += [(m, (nn.Linear,)) for m in linears]
+        expected += [(m, (nn.Dropout,)) for m in (attention.dropout, layer.dropout1, layer.dropout2, ff.dropout)]
         if not layer.norm_first:
             return None
-    if any(type(m) is not cls for m, cls in expected):
+    if any(type(m) not in classes for m, classes in expected):
         return None
-    if model.token_embedding.max_norm is not None or model.position_embedding.embedding.max_norm is not None:
+    embeddings = [model.token_embedding]
+    if model.position_embedding is not None:
+        embeddings.append(model.position_embedding.embedding)
+    if any(embedding.max_norm is not None for embedding in embeddings):
         return None  # an embedding that renormalizes its rows when called
-    if any(m.training and m.p > 0 for m, cls in expected if cls is nn.Dropout):  # type: ignore[union-attr]
+    if any(m.training and m.p > 0 for m, classes in expected if classes == (nn.Dropout,)):  # type: ignore[union-attr]
         return None
     plan = []
     for layer in model.layers:
         attention, ff = layer.self_attn, layer.feed_forward
         w_qkv, b_qkv = attention.packed_projections()
-        plan.append(
-            _LayerPlan(
-                norm1=layer.norm1.forward,  # fused or term by term, as the LayerNorm's own flag says
-                w_qkv=w_qkv,
-                b_qkv=b_qkv,
-                attention=attention,
-                w_o=attention.w_o.weight,
-                b_o=attention.w_o.bias,
-                norm2=layer.norm2.forward,
+        if isinstance(ff, SwiGLU):
+            feed_forward = partial(
+                _swiglu_step,
+                w1=ff.w1.weight,
+                b1=ff.w1.bias,
+                w3=ff.w3.weight,
+                b3=ff.w3.bias,
+                w2=ff.w2.weight,
+                b2=ff.w2.bias,
+            )
+        else:
+            feed_forward = partial(
+                _feed_forward_step,
                 w1=ff.w1.weight,
                 b1=ff.w1.bias,
                 activation=_ACTIVATIONS[ff.activation],
                 w2=ff.w2.weight,
                 b2=ff.w2.bias,
+            )
+        plan.append(
+            _LayerPlan(
+                norm1=layer.norm1.forward,  # fused or term by term, as the LayerNorm's own flag says
+                w_qkv=w_qkv,
+                b_qkv=b_qkv,
+                sizes=attention.packed_sizes(),
+                attention=attention,
+                q_norm=attention.q_norm.forward if attention.q_norm is not None else None,
+                k_norm=attention.k_norm.forward if attention.k_norm is not None else None,
+                rotary=attention.rotary,
+                w_o=attention.w_o.weight,
+                b_o=attention.w_o.bias,
+                norm2=layer.norm2.forward,
+                feed_forward=feed_forward,
             )
         )
     return plan
@@ -765,26 +1037,44 @@ def _decode_step(model: GPT, idx: Tensor, cache: DecoderCache, plan: list[_Layer
     start = cache.length
     tokens = idx[0] if batch == 1 else idx.view(batch)  # (1,) or (B,)
     embedding = model.token_embedding.weight
-    x = F.embedding(tokens, embedding) + model.position_embedding.embedding.weight[start].to(embedding.dtype)
+    x = F.embedding(tokens, embedding)  # (B, D)
+    if model.position_embedding is not None:  # learned positions; rotary ones turn q and k below
+        x = x + model.position_embedding.embedding.weight[start].to(embedding.dtype)
     if batch == 1:
         x = x[0]  # (D,)
     with trusted():
+        if model.embedding_norm is not None:
+            x = model.embedding_norm.forward(x)
         for layer, layer_cache in zip(plan, cache.layers, strict=True):
             attention = layer.attention
-            qkv = _linear(layer.norm1(x), layer.w_qkv, layer.b_qkv)  # (B, 3D) or (3D,)
-            # With one position, (B, H * d_k) is (B, H, 1, d_k) in memory: splitting the heads is a view.
-            q, k, v = qkv.view(batch, 3, attention.n_heads, 1, attention.d_k).unbind(1)  # (B, H, 1, d_k) each
-            k, v = layer_cache.extend_self(k, v)  # (B, H, cached + 1, d_k) each
+            qkv = _linear(layer.norm1(x), layer.w_qkv, layer.b_qkv)  # (B, (H + 2 H_kv) d_k) or without B
+            q, k, v = qkv.split(layer.sizes, dim=-1)  # (B, H d_k), (B, H_kv d_k), (B, H_kv d_k), or without B
+            # With one position, (B, heads * d_k) is (B, heads, 1, d_k) in memory: splitting the heads is a view.
+            q = q.view(batch, attention.n_heads, 1, attention.d_k)  # (B, H, 1, d_k)
+            k = k.view(batch, attention.n_kv_heads, 1, attention.d_k)  # (B, H_kv, 1, d_k)
+            v = v.view(batch, attention.n_kv_heads, 1, attention.d_k)  # (B, H_kv, 1, d_k)
+            if layer.q_norm is not None and layer.k_norm is not None:  # QK norm
+                q, k = layer.q_norm(q), layer.k_norm(k)
+            if layer.rotary is not None:  # rotary positions: both turned by the angle of position `start`
+                q, k = layer.rotary.forward(q, start), layer.rotary.forward(k, start)
+            k, v = layer_cache.extend_self(k, v)  # (B, H_kv, cached + 1, d_k) each
             if attention.record_weights:
+                group = attention.n_heads // attention.n_kv_heads
+                k, v = repeat_kv_heads(k, group), repeat_kv_heads(v, group)  # (B, H, cached + 1, d_k) each
                 heads, weights = scaled_attention(q, k, v)  # (B, H, 1, d_k), (B, H, 1, cached + 1)
                 attention.attention_weights = weights.detach()
             else:
-                heads = F.scaled_dot_product_attention(q, k, v)  # (B, H, 1, d_k)
+                heads = F.scaled_dot_product_attention(
+                    q, k, v, enable_gqa=attention.n_kv_heads != attention.n_heads
+                )  # (B, H, 1, d_k)
                 attention.attention_weights = None
-            x = x + _linear(heads.reshape(x.shape), layer.w_o, layer.b_o)  # heads merged, W^O, residual
-            x = x + _linear(layer.activation(_linear(layer.norm2(x), layer.w1, layer.b1)), layer.w2, layer.b2)
+            merged = heads.reshape(*x.shape[:-1], -1)  # (B, H d_k) or (H d_k,): the heads concatenated
+            x = x + _linear(merged, layer.w_o, layer.b_o)  # W^O, residual
+            x = x + layer.feed_forward(layer.norm2(x))
         cache.length += 1
         logits = _linear(model.norm(x), model.lm_head.weight, model.lm_head.bias)  # (B, V) or (V,)
+        if model.config.logit_softcap is not None:
+            logits = soft_cap(logits, model.config.logit_softcap)
     return logits.view(batch, 1, -1)  # (B, 1, V)
 
 

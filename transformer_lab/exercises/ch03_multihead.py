@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer_lab.exercises.core import Case, Exercise, Mistake
-from transformer_lab.multihead import MultiHeadAttention
+from transformer_lab.multihead import MultiHeadAttention, repeat_kv_heads
 
 __all__ = [
     "predict_split_strides",
@@ -60,8 +60,8 @@ predict_split_strides = Exercise(
     wrong=[lambda: (24, 12, 4, 1), lambda: (24, 8, 4, 1), lambda: (24, 8, 1), lambda: (2, 2, 3, 4)],
     why=(
         "(24, 4, 8, 1): one step along the head axis jumps 4 numbers, one step along the positions 8. Head h's "
-        "4 numbers still sit in the middle of each token's row of 8, so the tensor is not contiguous: `view` "
-        "cannot glue it back without a copy."
+        "4 numbers are still one part of each token's row of 8, beside the other head's, so the tensor is not "
+        "contiguous: `view` cannot glue it back without a copy."
     ),
     explain={
         (24, 12, 4, 1): (
@@ -454,6 +454,11 @@ def _gqa_with_torch_by_name(x, w_q, w_k, w_v, w_o, n_heads):  # noqa: ANN001, AN
     return w_o(heads.transpose(1, 2).reshape(x.shape))
 
 
+def _gqa_with_library_repeat(x, w_q, w_k, w_v, w_o, n_heads):  # noqa: ANN001, ANN202
+    q, k, v, group, d_k = _gqa_parts(x, w_q, w_k, w_v, n_heads)  # the grouping itself done by the library
+    return _gqa_finish(q, repeat_kv_heads(k, group), repeat_kv_heads(v, group), w_o, math.sqrt(d_k))
+
+
 grouped_query_attention = Exercise(
     "grouped_query_attention",
     reference=_gqa_reference,
@@ -502,6 +507,6 @@ grouped_query_attention = Exercise(
             "the heads were merged but never mixed: w_o, the output projection, was not applied.",
         ),
     ],
-    forbidden=["scaled_dot_product_attention", MultiHeadAttention],
-    shortcuts=[_gqa_with_torch, _gqa_with_torch_by_name],
+    forbidden=["scaled_dot_product_attention", MultiHeadAttention, repeat_kv_heads],
+    shortcuts=[_gqa_with_torch, _gqa_with_torch_by_name, _gqa_with_library_repeat],
 )

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer_lab.exercises.core import Case, Exercise, Mistake
+from transformer_lab.modern import Float32RMSNorm
 from transformer_lab.normalization import (
     BatchNorm,
     LayerNorm,
@@ -495,6 +496,13 @@ def _rms_norm(x: Tensor, gamma: Tensor, eps: float = 1e-6) -> Tensor:
     return out.to(x.dtype)  # the input's dtype, as nn.RMSNorm
 
 
+def _rms_with_course_module(x: Tensor, gamma: Tensor, eps: float = 1e-6) -> Tensor:  # chapter 11's RMSNorm
+    norm = Float32RMSNorm(x.shape[-1], eps=eps)
+    with torch.no_grad():
+        norm.weight.copy_(gamma)
+    return norm(x).to(x.dtype)
+
+
 def _rms_run(candidate: Callable[..., Any], x: Tensor, gamma: Tensor, eps: float) -> tuple[Any, str]:
     """The output, and its dtype (the check asks for the input's dtype back)."""
     out = candidate(x, gamma, eps)
@@ -619,8 +627,23 @@ rms_norm = Exercise(
             "dtype, as nn.RMSNorm's has.",
         ),
     ],
-    forbidden=["rms_norm", nn.RMSNorm, "layer_norm", "group_norm", "instance_norm", "batch_norm", nn.LayerNorm],
-    shortcuts=[_rms_with_functional, _rms_with_torch_alias, _rms_with_module, _rms_with_layer_norm],
+    forbidden=[
+        "rms_norm",
+        nn.RMSNorm,
+        "layer_norm",
+        "group_norm",
+        "instance_norm",
+        "batch_norm",
+        nn.LayerNorm,
+        Float32RMSNorm,
+    ],
+    shortcuts=[
+        _rms_with_functional,
+        _rms_with_torch_alias,
+        _rms_with_module,
+        _rms_with_layer_norm,
+        _rms_with_course_module,
+    ],
     why=(
         "RMSNorm (Zhang and Sennrich, 2019; used by LLaMA and most recent decoder-only models) skips the mean: one "
         "reduction instead of two and no beta. On vectors whose mean is 0 it equals LayerNorm without beta, as the "

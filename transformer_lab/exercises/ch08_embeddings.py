@@ -22,6 +22,7 @@ from torch import Tensor, nn
 import transformer_lab as tl
 from transformer_lab.embedding import PositionalEncoding, TokenEmbedding, rotation_matrix, sinusoidal_encoding
 from transformer_lab.exercises.core import Case, Exercise, Mistake
+from transformer_lab.modern import RotaryEmbedding, rotate_halves, rotate_pairs
 
 __all__ = ["predict_notes_shape", "embedding_grad", "embed_and_encode", "rotary"]
 
@@ -435,6 +436,10 @@ def _rotary_with_matrices_by_name(x):  # noqa: ANN001, ANN202
     return torch.stack([rotation(d_model, -t).to(x.dtype) @ x[..., t, :, None] for t in range(x.shape[-2])], -3)[..., 0]
 
 
+def _rotary_with_course_module(x):  # noqa: ANN001, ANN202 - chapter 11's rotary embedding
+    return RotaryEmbedding(x.shape[-1], max_len=x.shape[-2])(x)
+
+
 rotary = Exercise(
     "rotary",
     reference=_rotary_reference,
@@ -490,6 +495,6 @@ rotary = Exercise(
             "both new values come from the pair as it was.",
         ),
     ],
-    forbidden=[rotation_matrix],
-    shortcuts=[_rotary_with_matrices, _rotary_with_matrices_by_name],
+    forbidden=[rotation_matrix, RotaryEmbedding, rotate_pairs, rotate_halves],
+    shortcuts=[_rotary_with_matrices, _rotary_with_matrices_by_name, _rotary_with_course_module],
 )

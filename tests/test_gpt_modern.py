@@ -1,0 +1,667 @@
+"""Chapter 11's switches of GPTConfig / GPT: each on its own and in the combinations the chapter uses.
+
+For every switch: shapes and parameter counts, causality, the KV cache equal to recomputation (tokens identical,
+float64 logits to 1e-10, also past block_size, where the cache is rebuilt from the cropped context), the fast and
+explicit paths equal (outputs and gradients), the one-token step without the modules equal to the step through
+them, and bad values refused with an error that names the field. With every switch at its default the model is
+chapter 10's, bit for bit (initialisation and outputs), and chapter 10's checkpoints still load.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import transformer_lab as tl
+from transformer_lab import gpt, training
+from transformer_lab.data import TextTokenizer
+from transformer_lab.feedforward import SwiGLU, relu_squared, swiglu_width
+from transformer_lab.gpt import cache_bytes
+from transformer_lab.modern import (
+    Float32RMSNorm,
+    RopeScaling,
+    RotaryEmbedding,
+    rope_frequencies,
+    rotate_halves,
+    rotate_pairs,
+    soft_cap,
+)
+
+V, BLOCK, D, H, LAYERS = 37, 12, 16, 4, 2
+TOL = dict(rtol=1e-10, atol=1e-10)
+LLAMA3 = RopeScaling(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=8)
+
+# Each switch on its own (the rest GPT-2's).
+SWITCHES: dict[str, dict[str, object]] = {
+    "rope": dict(positions="rope"),
+    "rope_halves": dict(positions="rope", rope_layout="halves"),
+    "rope_base": dict(positions="rope", rope_base=500.0),
+    "rope_llama3": dict(positions="rope", rope_scaling=LLAMA3),
+    "rms": dict(norm="rms"),
+    "rms_no_weight": dict(norm="rms_no_weight"),
+    "norm_eps": dict(norm_eps=1e-3),
+    "embedding_norm": dict(embedding_norm=True),
+    "qk_norm": dict(qk_norm="rms"),
+    "qk_norm_no_weight": dict(qk_norm="rms_no_weight"),
+    "relu2": dict(activation="relu2"),
+    "swiglu": dict(activation="swiglu"),
+    "ff_width": dict(ff_width=24),
+    "gqa": dict(n_kv_heads=2),
+    "mqa": dict(n_kv_heads=1),
+    "head_dim": dict(head_dim=6),
+    "softcap": dict(logit_softcap=2.0),
+    "zero_init": dict(zero_init_output=True),
+    "hf_float32": dict(positions="rope", norm="rms", qk_norm="rms", hf_float32=True),
+}
+# The combinations the chapter uses.
+COMBOS: dict[str, dict[str, object]] = {
+    "rope+rms+swiglu+gqa": dict(positions="rope", norm="rms", activation="swiglu", n_kv_heads=2),
+    "rope+qk_norm": dict(positions="rope", qk_norm="rms"),
+    "relu2+softcap": dict(activation="relu2", logit_softcap=2.0),
+    "llama": dict(
+        positions="rope", rope_layout="halves", rope_scaling=LLAMA3, norm="rms", activation="swiglu", n_kv_heads=2,
+        bias=False, tie_embeddings=False,
+    ),
+    "qwen3": dict(
+        positions="rope", rope_layout="halves", norm="rms", qk_norm="rms", activation="swiglu", n_kv_heads=1,
+        head_dim=6, bias=False,
+    ),
+    "nanochat": dict(
+        positions="rope", norm="rms_no_weight", embedding_norm=True, qk_norm="rms_no_weight", activation="relu2",
+        logit_softcap=3.0, zero_init_output=True, bias=False, tie_embeddings=False,
+    ),
+}  # fmt: skip
+EVERY = SWITCHES | COMBOS
+
+
+def small_config(**overrides: object) -> tl.GPTConfig:
+    settings: dict[str, object] = dict(block_size=BLOCK, d_model=D, n_heads=H, n_layers=LAYERS)
+    settings.update(overrides)
+    return tl.GPTConfig(V, **settings)
+
+
+def make_model(overrides: dict[str, object], record: bool = True, seed: int = 0) -> tl.GPT:
+    """A float64 GPT in eval mode with every parameter perturbed (gains away from 1, no zero projection)."""
+    torch.manual_seed(seed)
+    model = tl.GPT(small_config(**overrides)).double().eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    return tl.record_attention(model, record)
+
+
+def tokens(batch: int, length: int, seed: int = 1) -> torch.Tensor:
+    return torch.randint(0, V, (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+# ---------------------------------------------------------------- the defaults are chapter 10's model
+
+
+def test_config_defaults_are_gpt2s() -> None:
+    c = tl.GPTConfig(65)
+    assert (c.positions, c.rope_base, c.rope_layout, c.rope_scaling) == ("learned", 10000.0, "pairs", None)
+    assert (c.norm, c.norm_eps, c.embedding_norm, c.qk_norm) == ("layer", 1e-5, False, None)
+    assert (c.n_kv_heads, c.head_dim, c.ff_width, c.logit_softcap) == (None, None, None, None)
+    assert (c.zero_init_output, c.hf_float32, c.activation) == (False, False, "gelu_tanh")
+    assert (c.d_k, c.kv_heads, c.d_ff) == (384 // 6, 6, 4 * 384)
+
+
+def test_old_config_dicts_and_checkpoints_load_with_the_defaults(tmp_path: Path) -> None:
+    """A checkpoint written before the switches existed holds only chapter 10's nine fields: it loads as the
+    same model, every new field at its default."""
+    chapter10_fields = [
+        "vocab_size", "block_size", "d_model", "n_heads", "n_layers", "dropout", "bias", "tie_embeddings", "activation"
+    ]  # fmt: skip
+    config = small_config(bias=False)
+    old = {k: v for k, v in config.to_dict().items() if k in chapter10_fields}
+    assert tl.GPTConfig(**old) == config
+    tokenizer = TextTokenizer([chr(ord("a") + i) for i in range(V)])
+    torch.manual_seed(0)
+    model = tl.GPT(config).eval()
+    path = tmp_path / "chapter10.pt"
+    training.save_gpt(model, path, tokenizer)
+    data = torch.load(path, weights_only=True)
+    data["config"] = {k: v for k, v in data["config"].items() if k in chapter10_fields}
+    torch.save(data, path)
+    loaded, _ = training.load_gpt(path)
+    assert loaded.config == config
+    idx = tokens(2, BLOCK)
+    with torch.no_grad():
+        assert torch.equal(loaded(idx), model(idx))
+
+
+def test_modern_checkpoint_round_trip(tmp_path: Path) -> None:
+    """Every switch is recorded in the checkpoint (rope_scaling as a plain dict) and read back."""
+    config = small_config(**COMBOS["llama"], dropout=0.0)
+    assert isinstance(config.to_dict()["rope_scaling"], dict)
+    assert tl.GPTConfig(**config.to_dict()) == config
+    tokenizer = TextTokenizer([chr(ord("a") + i) for i in range(V)])
+    torch.manual_seed(0)
+    model = tl.GPT(config).eval()
+    training.save_gpt(model, tmp_path / "llama.pt", tokenizer)
+    loaded, _ = training.load_gpt(tmp_path / "llama.pt")
+    assert loaded.config == config
+    idx = tokens(2, BLOCK)
+    with torch.no_grad():
+        assert torch.equal(loaded(idx), model(idx))
+
+
+class Chapter10GPT(nn.Module):
+    """Chapter 10's GPT as it was built before the switches: the reference for bit-identical defaults."""
+
+    def __init__(self, c: tl.GPTConfig) -> None:
+        super().__init__()
+        self.config = c
+        self.token_embedding = nn.Embedding(c.vocab_size, c.d_model)
+        self.position_embedding = tl.embedding.LearnedPositionalEmbedding(c.block_size, c.d_model)
+        self.dropout = nn.Dropout(c.dropout)
+        self.layers = nn.ModuleList(
+            tl.EncoderLayer(c.d_model, c.n_heads, 4 * c.d_model, c.dropout, norm_first=True, activation=c.activation)
+            for _ in range(c.n_layers)
+        )
+        self.norm = tl.LayerNorm(c.d_model)
+        self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
+        self.lm_head.weight = self.token_embedding.weight
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, mean=0.0, std=0.02)
+                if isinstance(module, nn.Linear) and module.bias is not None:
+                    nn.init.zeros_(module.bias)
+        for layer in self.layers:
+            nn.init.normal_(layer.self_attn.w_o.weight, mean=0.0, std=0.02 / math.sqrt(2 * c.n_layers))
+            nn.init.normal_(layer.feed_forward.w2.weight, mean=0.0, std=0.02 / math.sqrt(2 * c.n_layers))
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        x = self.dropout(self.position_embedding(self.token_embedding(idx)))
+        mask = tl.causal_mask(idx.shape[1])
+        for layer in self.layers:
+            x = layer(x, mask)
+        return self.lm_head(self.norm(x))
+
+
+@pytest.mark.parametrize("activation", ["gelu_tanh", "gelu", "relu"])
+def test_default_switches_give_chapter_10s_model_bit_for_bit(activation: str) -> None:
+    """The same seed gives the same weights, bit for bit, and the same logits, bit for bit, on both paths."""
+    config = small_config(activation=activation)
+    torch.manual_seed(3)
+    model = tl.GPT(config)
+    torch.manual_seed(3)
+    reference = Chapter10GPT(config)
+    ours, theirs = model.state_dict(), reference.state_dict()
+    assert ours.keys() == theirs.keys()
+    assert all(torch.equal(ours[k], theirs[k]) for k in ours)
+    assert model.embedding_norm is None and all(type(layer) is tl.EncoderLayer for layer in model.layers)
+    idx = tokens(3, BLOCK)
+    for dtype in (torch.float32, torch.float64):
+        for record in (True, False):
+            a, b = tl.record_attention(model.to(dtype).eval(), record), tl.record_attention(reference.to(dtype), record)
+            with torch.no_grad():
+                assert torch.equal(a(idx), b(idx))
+
+
+# ---------------------------------------------------------------- structure: shapes and parameter counts
+
+
+def expected_parameters(c: tl.GPTConfig) -> int:
+    """The parameter count of a config, written out part by part."""
+    d, dk, h, kv, ff, b = c.d_model, c.d_k, c.n_heads, c.kv_heads, c.d_ff, int(c.bias)
+    attention = d * h * dk + 2 * d * kv * dk + h * dk * d + b * (h * dk + 2 * kv * dk + d)
+    if c.activation == "swiglu":
+        ffn = 3 * d * ff + b * (2 * ff + d)
+    else:
+        ffn = 2 * d * ff + b * (ff + d)
+    norm = {"layer": d * (1 + b), "rms": d, "rms_no_weight": 0}[c.norm]
+    qk = {None: 0, "rms": 2 * dk, "rms_no_weight": 0}[c.qk_norm]
+    embeddings = c.vocab_size * d + (c.block_size * d if c.positions == "learned" else 0)
+    head = 0 if c.tie_embeddings else c.vocab_size * d
+    return embeddings + c.n_layers * (attention + ffn + 2 * norm + qk) + norm * (1 + c.embedding_norm) + head
+
+
+@pytest.mark.parametrize("overrides", EVERY.values(), ids=EVERY.keys())
+def test_shapes_and_parameter_count(overrides: dict) -> None:
+    model = make_model(overrides)
+    c = model.config
+    assert sum(p.numel() for p in model.parameters()) == expected_parameters(c)
+    attention = model.layers[0].self_attn
+    assert attention.w_q.weight.shape == (c.n_heads * c.d_k, D)
+    assert attention.w_k.weight.shape == attention.w_v.weight.shape == (c.kv_heads * c.d_k, D)
+    assert attention.w_o.weight.shape == (D, c.n_heads * c.d_k)
+    assert (model.position_embedding is None) == (c.positions == "rope")
+    assert (attention.rotary is None) == (c.positions == "learned")
+    with torch.no_grad():
+        out = model(tokens(3, 7))
+    assert out.shape == (3, 7, V) and out.dtype == torch.float64
+    cache = model.new_cache()
+    with torch.no_grad():
+        model(tokens(3, 5), cache)
+    assert all(layer.self_k.shape == (3, c.kv_heads, 5, c.d_k) for layer in cache.layers)
+
+
+def test_the_modules_each_switch_picks() -> None:
+    """Each switch is one module or function, PyTorch's own where there is one."""
+    rms = tl.GPT(small_config(norm="rms", embedding_norm=True, qk_norm="rms_no_weight"))
+    for norm in [rms.norm, rms.embedding_norm, rms.layers[0].norm1, rms.layers[1].norm2]:
+        assert type(norm) is nn.RMSNorm and norm.weight.shape == (D,) and norm.eps == 1e-5
+    q_norm = rms.layers[0].self_attn.q_norm
+    assert type(q_norm) is nn.RMSNorm and q_norm.weight is None and q_norm.normalized_shape == (D // H,)
+    assert tl.GPT(small_config(norm="rms_no_weight")).norm.weight is None
+    assert type(tl.GPT(small_config(norm="rms", hf_float32=True)).norm) is Float32RMSNorm
+    swiglu = tl.GPT(small_config(activation="swiglu")).layers[0].feed_forward
+    assert type(swiglu) is SwiGLU and swiglu.w1.out_features == swiglu.w3.out_features == swiglu_width(D) == 48
+    assert tl.GPT(small_config(activation="relu2")).layers[0].feed_forward.activation == "relu2"
+    assert tl.GPT(small_config(activation="swiglu", ff_width=20)).layers[0].feed_forward.w1.out_features == 20
+    rope = tl.GPT(small_config(positions="rope"))
+    rotaries = {id(layer.self_attn.rotary) for layer in rope.layers}
+    assert len(rotaries) == 1 and isinstance(rope.layers[0].self_attn.rotary, RotaryEmbedding)  # one, shared
+    assert not any("position" in name for name in rope.state_dict())
+
+
+def test_swiglu_width_rule() -> None:
+    """8/3 D rounded up to a multiple of 8: the weights of a 4D two-matrix FFN, within a rounding."""
+    assert [swiglu_width(d) for d in (16, 128, 384, 512)] == [48, 344, 1024, 1368]
+    for d in (128, 512):
+        assert abs(3 * d * swiglu_width(d) - 2 * d * 4 * d) / (8 * d * d) < 0.02
+
+
+def test_initialisation_of_the_new_parts() -> None:
+    """RMSNorm gains start at 1; with zero_init_output W^O and W_2 start at 0 (every block the identity), the
+    rest as GPT-2's."""
+    torch.manual_seed(0)
+    model = tl.GPT(tl.GPTConfig(500, block_size=64, d_model=128, n_heads=4, n_layers=2, **COMBOS["nanochat"]))
+    for layer in model.layers:
+        assert torch.all(layer.self_attn.w_o.weight == 0) and torch.all(layer.feed_forward.w2.weight == 0)
+    others = torch.cat([m.weight.flatten() for m in model.modules() if isinstance(m, nn.Linear) and m.weight.any()])
+    assert others.std().item() == pytest.approx(0.02, rel=0.03)
+    idx = torch.randint(0, 500, (2, 10))
+    with torch.no_grad():  # the blocks add nothing: logits from the embedding alone
+        direct = soft_cap(model.lm_head(model.norm(model.embedding_norm(model.token_embedding(idx)))), 3.0)
+        torch.testing.assert_close(model(idx), direct, rtol=0, atol=0)
+    torch.manual_seed(0)
+    gains = tl.GPT(small_config(norm="rms", qk_norm="rms"))
+    assert all(torch.all(p == 1) for name, p in gains.named_parameters() if "norm" in name)
+
+
+# ---------------------------------------------------------------- what each switch computes
+
+
+def test_rotary_layouts_frequencies_and_relative_positions() -> None:
+    """Pairs turn (x_2i, x_2i+1), halves (x_i, x_i+d/2), by the angle t omega_i with omega_i = base^(-2i/d);
+    the two layouts are one permutation apart, and a query-key score depends only on the offset."""
+    d, base = 8, 100.0
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, d, dtype=torch.float64)
+    omega = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    torch.testing.assert_close(rope_frequencies(d, base), omega, **TOL)
+    pairs = RotaryEmbedding(d, 16, base, "pairs")(x)
+    expected = x.clone()
+    for t in range(5):
+        for i in range(d // 2):
+            c, s = math.cos(t * omega[i].item()), math.sin(t * omega[i].item())
+            a, b = x[:, t, 2 * i], x[:, t, 2 * i + 1]
+            expected[:, t, 2 * i], expected[:, t, 2 * i + 1] = a * c - b * s, a * s + b * c
+    torch.testing.assert_close(pairs, expected, **TOL)
+    order = torch.stack([torch.arange(d // 2), torch.arange(d // 2) + d // 2], dim=1).flatten()  # halves -> pairs
+    halves = RotaryEmbedding(d, 16, base, "halves")(x)
+    torch.testing.assert_close(RotaryEmbedding(d, 16, base, "pairs")(x[..., order]), halves[..., order], **TOL)
+    q, k = torch.randn(d, dtype=torch.float64), torch.randn(d, dtype=torch.float64)
+    rotary = RotaryEmbedding(d, 16, base)
+    rows = torch.stack([q, k]).expand(16, 2, d).transpose(0, 1)  # (2, 16, d): q and k at every position
+    turned_q, turned_k = rotary(rows)
+    scores = [(turned_q[m] @ turned_k[n]).item() for m, n in ((3, 1), (9, 7), (15, 13))]  # offset 2 each
+    assert scores == pytest.approx([scores[0]] * 3, abs=1e-12)
+    torch.testing.assert_close(rotary(rows[:, 4:6], start=4), torch.stack([turned_q[4:6], turned_k[4:6]]), **TOL)
+    assert rotary.rotate is rotate_pairs and RotaryEmbedding(d, 16, layout="halves").rotate is rotate_halves
+
+
+def test_llama3_scaling_keeps_short_stretches_long_and_blends_between() -> None:
+    """Llama 3's rule, by its definition: wavelengths below L / high_freq_factor kept, above L / low_freq_factor
+    divided by the factor, smoothly interpolated in between."""
+    d, base, s = 16, 10000.0, RopeScaling(factor=8.0, original_max_position_embeddings=64)
+    plain, scaled = rope_frequencies(d, base), rope_frequencies(d, base, s)
+    wavelength = 2 * math.pi / plain
+    short, long = wavelength < 64 / 4, wavelength > 64 / 1
+    middle = ~short & ~long
+    assert short.any() and long.any() and middle.any()  # all three regimes at this size
+    torch.testing.assert_close(scaled[short], plain[short], **TOL)
+    torch.testing.assert_close(scaled[long], plain[long] / 8, **TOL)
+    assert torch.all(scaled[middle] < plain[middle]) and torch.all(scaled[middle] > plain[middle] / 8)
+
+
+def test_rms_norms_and_their_float32_variant() -> None:
+    """The model's RMSNorm is PyTorch's; Float32RMSNorm is the same formula computed in float32 (Hugging Face's
+    arithmetic): equal to it in float32, within float32 rounding of the float64 result in float64."""
+    torch.manual_seed(0)
+    x = torch.randn(3, 5, 8, dtype=torch.float64) * 4
+    gamma = torch.rand(8, dtype=torch.float64) + 0.5
+    exact = x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * gamma
+    hf_norm = Float32RMSNorm(8, eps=1e-6).double()
+    torch_norm = nn.RMSNorm(8, eps=1e-6).double()
+    with torch.no_grad():
+        hf_norm.weight.copy_(gamma)
+        torch_norm.weight.copy_(gamma)
+        torch.testing.assert_close(torch_norm(x), exact, **TOL)
+        gap = (hf_norm(x) - exact).abs().max().item()
+        assert 0 < gap < 1e-6  # float32 inside
+        torch.testing.assert_close(hf_norm.float()(x.float()), torch_norm.float()(x.float()), rtol=1e-6, atol=1e-6)
+    assert Float32RMSNorm(8, weight=False).weight is None
+
+
+def test_qk_norm_normalises_each_heads_queries_and_keys() -> None:
+    """Without gains, every head's query and key vector has root mean square 1 after the QK norm."""
+    model = make_model(dict(qk_norm="rms_no_weight", n_kv_heads=2, norm_eps=1e-12))  # eps too small to matter
+    seen: dict[str, torch.Tensor] = {}
+    attention = model.layers[0].self_attn
+    for name, norm in (("q", attention.q_norm), ("k", attention.k_norm)):
+        norm.register_forward_hook(lambda module, args, out, name=name: seen.__setitem__(name, out))
+    with torch.no_grad():
+        model(tokens(2, 6))
+    q, k = seen["q"], seen["k"]
+    assert q.shape == (2, H, 6, D // H) and k.shape == (2, 2, 6, D // H)
+    for t in (q, k):
+        torch.testing.assert_close(t.pow(2).mean(-1), torch.ones(t.shape[:-1], dtype=torch.float64), **TOL)
+
+
+def test_feed_forward_variants_are_their_formulas() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, D, dtype=torch.float64)
+    z = torch.linspace(-3, 3, 13, dtype=torch.float64)
+    assert torch.equal(relu_squared(z), torch.clamp(z, min=0) ** 2)
+    relu2 = tl.FeedForward(D, 24, activation="relu2").double()
+    torch.testing.assert_close(relu2(x), relu2.w2(torch.clamp(relu2.w1(x), min=0) ** 2), **TOL)
+    swiglu = SwiGLU(D, 20).double()
+    assert swiglu.w1.bias is None  # bias-free by default, as Llama
+    a = swiglu.w1(x)
+    torch.testing.assert_close(swiglu(x), swiglu.w2(a * torch.sigmoid(a) * swiglu.w3(x)), **TOL)
+    with pytest.raises(ValueError, match="d_model"):
+        swiglu(torch.randn(2, 3, D + 1, dtype=torch.float64))
+
+
+def test_logit_softcap_bounds_the_logits() -> None:
+    """logits = c tanh(z / c) of the same model without the cap; never beyond c."""
+    capped = make_model(dict(logit_softcap=0.5))
+    plain = tl.GPT(small_config()).double().eval()
+    plain.load_state_dict(capped.state_dict())
+    idx = tokens(2, BLOCK)
+    with torch.no_grad():
+        z, out = plain(idx), capped(idx)
+    assert z.abs().max() > 0.5 > out.abs().max()
+    torch.testing.assert_close(out, 0.5 * torch.tanh(z / 0.5), **TOL)
+
+
+def test_grouped_query_attention_is_chapter_03s() -> None:
+    """Query head h reads key/value head h // (H / H_kv): the module equals that written out head by head, on
+    both paths, with a causal mask."""
+    torch.manual_seed(0)
+    attention = tl.MultiHeadAttention(D, H, n_kv_heads=2, d_k=6).double()
+    x = torch.randn(2, 5, D, dtype=torch.float64)
+    mask = tl.causal_mask(5)
+    q = attention.w_q(x).view(2, 5, H, 6).transpose(1, 2)
+    k = attention.w_k(x).view(2, 5, 2, 6).transpose(1, 2)
+    v = attention.w_v(x).view(2, 5, 2, 6).transpose(1, 2)
+    heads = []
+    for h in range(H):
+        scores = q[:, h] @ k[:, h // 2].transpose(-2, -1) / math.sqrt(6)
+        heads.append(torch.softmax(scores.masked_fill(~mask, float("-inf")), -1) @ v[:, h // 2])
+    expected = attention.w_o(torch.cat(heads, dim=-1))
+    with torch.no_grad():
+        torch.testing.assert_close(attention(x, x, x, mask), expected, **TOL)
+        assert attention.attention_weights.shape == (2, H, 5, 5)
+        tl.record_attention(attention, False)
+        torch.testing.assert_close(attention(x, x, x, mask), expected, **TOL)
+    assert "n_kv_heads=2" in repr(attention)
+
+
+def test_head_dim_is_independent_of_d_model() -> None:
+    """head_dim frees d_k from D / H (Qwen3): D need not even be divisible by H."""
+    model = tl.GPT(tl.GPTConfig(V, block_size=BLOCK, d_model=18, n_heads=4, n_layers=1, head_dim=4))
+    assert model.layers[0].self_attn.w_q.weight.shape == (16, 18)
+    assert model(tokens(1, 5)).shape == (1, 5, V)
+
+
+# ---------------------------------------------------------------- causality, paths, the cache
+
+
+@pytest.mark.parametrize("overrides", EVERY.values(), ids=EVERY.keys())
+@pytest.mark.parametrize("record", [True, False], ids=["explicit", "fast"])
+def test_causality(overrides: dict, record: bool) -> None:
+    """Changing a later token never changes an earlier logit."""
+    model = make_model(overrides, record)
+    idx = tokens(2, BLOCK)
+    with torch.no_grad():
+        logits = model(idx)
+        for t in (1, 6):
+            changed = idx.clone()
+            changed[:, t:] = (changed[:, t:] + 1 + torch.arange(BLOCK - t)) % V
+            other = model(changed)
+            torch.testing.assert_close(other[:, :t], logits[:, :t], rtol=0, atol=1e-12)
+            assert (other[:, t] - logits[:, t]).abs().max() > 1e-6
+
+
+@pytest.mark.parametrize("overrides", EVERY.values(), ids=EVERY.keys())
+def test_fast_and_explicit_paths_are_equal(overrides: dict) -> None:
+    """record_attention on or off: the same logits and the same gradients."""
+    idx, target = tokens(2, BLOCK), tokens(2, BLOCK, seed=2)
+    runs = []
+    for record in (True, False):
+        model = make_model(overrides, record)
+        logits = model(idx)
+        F.cross_entropy(logits.flatten(0, 1), target.flatten()).backward()
+        runs.append((logits.detach(), [p.grad for p in model.parameters()]))
+    (explicit, explicit_grads), (fast, fast_grads) = runs
+    torch.testing.assert_close(fast, explicit, **TOL)
+    for a, b in zip(fast_grads, explicit_grads, strict=True):
+        torch.testing.assert_close(a, b, **TOL)
+
+
+@pytest.mark.parametrize("overrides", EVERY.values(), ids=EVERY.keys())
+@pytest.mark.parametrize("record", [True, False], ids=["explicit", "fast"])
+def test_cache_step_by_step_equals_full_forward(overrides: dict, record: bool) -> None:
+    model = make_model(overrides, record)
+    idx = tokens(3, BLOCK)
+    with torch.no_grad():
+        full = model(idx)
+        cache = model.new_cache()
+        steps = [model(idx[:, :4], cache)] + [model(idx[:, t : t + 1], cache) for t in range(4, BLOCK)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, **TOL)
+
+
+@pytest.mark.parametrize("overrides", EVERY.values(), ids=EVERY.keys())
+@pytest.mark.parametrize("batch", [1, 3])
+def test_one_token_step_supports_every_switch(overrides: dict, batch: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The one-token step without the modules runs for every switch, and gives what the modules give (same
+    tokens, float64 logits to 1e-10, the same recorded attention weights), on both paths."""
+    calls: list[int] = []
+    step = gpt._decode_step
+    monkeypatch.setattr(gpt, "_decode_step", lambda *args: calls.append(1) or step(*args))
+    for record in (True, False):
+        model = make_model(overrides, record)
+        assert gpt._decode_plan(model) is not None
+        idx = tokens(batch, 3)
+        lean = model.generate(idx, 8, temperature=0, return_logits=True)
+        lean_weights = [layer.self_attn.attention_weights for layer in model.layers]
+        through = model.generate(idx, 8, temperature=0, return_logits=True, through_modules=True)
+        assert torch.equal(lean[0], through[0])
+        torch.testing.assert_close(lean[1], through[1], **TOL)
+        for a, layer in zip(lean_weights, model.layers, strict=True):
+            b = layer.self_attn.attention_weights
+            if record:
+                assert a.shape == (batch, H, 1, 10)
+                torch.testing.assert_close(a, b, **TOL)
+            else:
+                assert a is None and b is None
+    assert len(calls) == 2 * 7
+
+
+def test_a_hook_on_a_new_module_sends_the_step_through_the_modules(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The step without the modules checks the new modules too: a hook on a QK norm or on the rotary module
+    falls back to the modules (which then see every token), with the same result."""
+    calls: list[int] = []
+    step = gpt._decode_step
+    monkeypatch.setattr(gpt, "_decode_step", lambda *args: calls.append(1) or step(*args))
+    model = make_model(COMBOS["qwen3"])
+    idx = tokens(2, 3)
+    lean = model.generate(idx, 5, temperature=0, return_logits=True)
+    assert len(calls) == 4
+    for module in (model.layers[1].self_attn.k_norm, model.layers[0].self_attn.rotary):
+        seen: list[int] = []
+        handle = module.register_forward_hook(lambda m, args, out, seen=seen: seen.append(args[0].shape[-2]))
+        hooked = model.generate(idx, 5, temperature=0, return_logits=True)
+        handle.remove()
+        assert len(calls) == 4 and seen[-4:] == [1, 1, 1, 1]
+        assert torch.equal(hooked[0], lean[0])
+        torch.testing.assert_close(hooked[1], lean[1], **TOL)
+
+
+GENERATIONS = {
+    "inside_block": (3, 6, dict(temperature=0)),  # greedy, inside block_size
+    "past_block": (3, 25, dict(temperature=0)),  # greedy, far past block_size: the cache rebuilt from the crop
+    "long_prompt": (BLOCK + 5, 4, dict(temperature=0)),  # a prompt longer than block_size is cropped
+    "top_k": (2, 20, dict(temperature=0.8, top_k=10)),
+}
+# Every switch generating past block_size; the chapter's combinations in every setting.
+CACHE_CASES = [pytest.param(o, *GENERATIONS["past_block"], id=f"{n}-past_block") for n, o in SWITCHES.items()] + [
+    pytest.param(o, *g, id=f"{n}-{k}") for n, o in COMBOS.items() for k, g in GENERATIONS.items()
+]
+
+
+@pytest.mark.parametrize(("overrides", "prompt", "new", "sampling"), CACHE_CASES)
+def test_generate_with_cache_equals_recomputation(overrides: dict, prompt: int, new: int, sampling: dict) -> None:
+    model = make_model(overrides, record=False)
+    idx = tokens(3, prompt)
+    (cached, cached_logits), (recomputed, recomputed_logits) = (
+        model.generate(
+            idx, new, **sampling, generator=torch.Generator().manual_seed(7), use_cache=use, return_logits=True
+        )
+        for use in (True, False)
+    )
+    assert cached.shape == (3, prompt + new)
+    assert torch.equal(cached, recomputed)
+    torch.testing.assert_close(cached_logits, recomputed_logits, **TOL)
+
+
+def test_generation_past_block_size_rebuilds_from_the_cropped_context() -> None:
+    """As in chapter 10: the prompt, then one token at a time while the cache has room, then (the context full)
+    the whole cropped context every step, at positions 0 .. block_size - 1 again; each logit row is forward() of
+    the last block_size tokens."""
+    model = make_model(COMBOS["rope+rms+swiglu+gqa"])
+    lengths: list[int] = []
+    model.token_embedding.register_forward_hook(lambda module, args, out: lengths.append(args[0].shape[1]))
+    out, logits = model.generate(tokens(2, 5), 12, temperature=0, return_logits=True)
+    assert lengths == [5] + [1] * 6 + [BLOCK] * 5
+    with torch.no_grad():
+        for step in range(12):
+            end = 5 + step
+            torch.testing.assert_close(logits[:, step], model(out[:, max(0, end - BLOCK) : end])[:, -1], **TOL)
+
+
+def test_cache_in_float32_and_bfloat16() -> None:
+    """The dtypes a learner trains in: the cached logits equal recomputation to the dtype's precision and keep it."""
+    for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 5e-2)):
+        model = make_model(COMBOS["qwen3"], record=False).to(dtype)
+        runs = [model.generate(tokens(2, 3), 8, temperature=0, use_cache=u, return_logits=True) for u in (True, False)]
+        assert runs[0][1].dtype == dtype
+        torch.testing.assert_close(runs[0][1], runs[1][1], rtol=tol, atol=tol)
+
+
+def test_kv_cache_memory_with_grouped_query_attention() -> None:
+    """The cache stores the key/value heads only: H / H_kv times less memory than multi-head attention."""
+    sizes = {}
+    for kv in (H, 2, 1):
+        model = make_model(dict(positions="rope", n_kv_heads=kv))
+        cache = model.new_cache()
+        with torch.no_grad():
+            model(tokens(3, BLOCK), cache)
+        sizes[kv] = cache_bytes(cache)
+        assert sizes[kv] == model.kv_cache_bytes(BLOCK, batch=3) == 2 * LAYERS * 3 * kv * BLOCK * (D // H) * 8
+    assert sizes[H] == 2 * sizes[2] == 4 * sizes[1]
+    with pytest.raises(TypeError, match="cache"):
+        cache_bytes({})
+    with pytest.raises(ValueError, match="length"):
+        make_model({}).kv_cache_bytes(0)
+
+
+def test_train_gpt_trains_a_modern_model() -> None:
+    """Chapter 10's training loop runs the switches unchanged (the loss goes down)."""
+    text = "to be or not to be, that is the question. " * 20
+    tokenizer = TextTokenizer.from_text(text)
+    data = tokenizer.encode(text)
+    torch.manual_seed(0)
+    config = tl.GPTConfig(tokenizer.vocab_size, block_size=16, d_model=16, n_heads=4, n_layers=1, **COMBOS["nanochat"])
+    model = tl.GPT(config)
+    history = training.train_gpt(
+        model, data, data, steps=30, batch_size=8, lr=1e-2, warmup=5, eval_every=15, eval_batch_size=16, progress=False
+    )
+    assert history.val_loss[-1] < history.val_loss[0]
+
+
+# ---------------------------------------------------------------- bad values
+
+
+@pytest.mark.parametrize(
+    ("overrides", "error", "words"),
+    [
+        (dict(positions="alibi"), ValueError, "positions"),
+        (dict(positions="rope", rope_layout="interleaved"), ValueError, "rope_layout"),
+        (dict(rope_layout="halves"), ValueError, "rope_layout.*positions='rope'"),
+        (dict(rope_base=500.0), ValueError, "rope_base.*positions='rope'"),
+        (dict(positions="rope", rope_base=0), ValueError, "rope_base"),
+        (dict(positions="rope", rope_base="10000"), TypeError, "rope_base"),
+        (dict(positions="rope", rope_scaling=dict(rope_type="yarn")), ValueError, "rope_type 'yarn'.*llama3"),
+        (dict(positions="rope", rope_scaling=dict(factor=8.0, ramp=1)), ValueError, "rope_scaling.*ramp"),
+        (dict(positions="rope", rope_scaling=dict(low_freq_factor=4.0)), ValueError, "high_freq_factor"),
+        (dict(positions="rope", rope_scaling=[8.0]), TypeError, "rope_scaling"),
+        (dict(positions="rope", head_dim=5), ValueError, "d_k must be even"),
+        (dict(norm="batch"), ValueError, "norm must be one of"),
+        (dict(norm_eps=0.0), ValueError, "norm_eps"),
+        (dict(norm_eps=-1e-5), ValueError, "norm_eps"),
+        (dict(embedding_norm=1), TypeError, "embedding_norm"),
+        (dict(qk_norm="layer"), ValueError, "qk_norm"),
+        (dict(qk_norm=True), ValueError, "qk_norm"),
+        (dict(activation="geglu"), ValueError, "activation"),
+        (dict(n_kv_heads=3), ValueError, "n_kv_heads must divide n_heads"),
+        (dict(n_kv_heads=0), ValueError, "n_kv_heads"),
+        (dict(n_kv_heads=2.0), TypeError, "n_kv_heads"),
+        (dict(head_dim=0), ValueError, "head_dim"),
+        (dict(d_model=18), ValueError, "divisible by n_heads.*head_dim"),
+        (dict(ff_width=-4), ValueError, "ff_width"),
+        (dict(logit_softcap=0.0), ValueError, "logit_softcap"),
+        (dict(logit_softcap=float("inf")), ValueError, "logit_softcap"),
+        (dict(zero_init_output="yes"), TypeError, "zero_init_output"),
+        (dict(hf_float32=None), TypeError, "hf_float32"),
+    ],
+)
+def test_bad_values_are_refused_naming_the_field(overrides: dict, error: type, words: str) -> None:
+    with pytest.raises(error, match=words):
+        small_config(**overrides)
+
+
+def test_bad_module_arguments_are_refused() -> None:
+    with pytest.raises(ValueError, match="n_kv_heads must divide"):
+        tl.MultiHeadAttention(D, H, n_kv_heads=3)
+    with pytest.raises(ValueError, match="d_k"):
+        tl.MultiHeadAttention(D, H, d_k=0)
+    with pytest.raises(TypeError, match="qk_norm"):
+        tl.MultiHeadAttention(D, H, qk_norm="rms")
+    with pytest.raises(TypeError, match="rotary"):
+        tl.MultiHeadAttention(D, H, rotary="rope")
+    with pytest.raises(ValueError, match="even"):
+        RotaryEmbedding(5, 8)
+    with pytest.raises(ValueError, match="layout"):
+        RotaryEmbedding(4, 8, layout="interleaved")
+    with pytest.raises(ValueError, match="beyond the 8 positions"):
+        RotaryEmbedding(4, 8)(torch.zeros(1, 3, 4), start=6)
+    with pytest.raises(ValueError, match="context too long.*rotary tables"):
+        make_model(dict(positions="rope"))(tokens(1, BLOCK + 1))
+
+
+def test_config_is_frozen_and_hashable() -> None:
+    config = small_config(**COMBOS["llama"])
+    assert hash(config) == hash(dataclasses.replace(config))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.norm = "layer"  # type: ignore[misc]
