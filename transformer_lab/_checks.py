@@ -222,6 +222,7 @@ def check_token_tensors(*items: tuple[str, object, int], device: torch.device | 
                 f"{name} is on {tokens.device} but the model is on {device}; "
                 f"move the ids with {name}.to({str(device)!r})"
             )
+        check_has_values(name, tokens)
         if tokens.numel() > 0:
             extremes += list(torch.aminmax(tokens))
     if not extremes:
@@ -289,6 +290,30 @@ def check_plain_data(name: str, value: object) -> None:
     )
 
 
+def unreadable_checkpoint(path: object, error: BaseException, what: str, advice: str) -> ValueError:
+    """The ValueError for a file that `torch.load(weights_only=True)` could not read, naming the path.
+
+    Python objects (a whole model pickled with `torch.save(model)`: "Unsupported global") are told apart from a
+    corrupt or truncated file (random bytes fail anywhere in the unpickler: an unknown opcode, a KeyError, an
+    IndexError, ...). The reason shown is the unpickler's own line, not PyTorch's long preamble about
+    weights_only. `advice` says how to write a readable file.
+    """
+    import os
+    import re
+
+    text = str(error)
+    found = re.search(r"WeightsUnpickler error:\s*(.*?)(?:\n\n|$)", text, re.S)
+    reason = (found.group(1) if found else f"{type(error).__name__}: {text}").strip().replace("\n", " ")[:200]
+    shown = os.fspath(path) if isinstance(path, (str, os.PathLike)) else repr(path)
+    if "Unsupported global" in text:
+        return ValueError(
+            f"path {shown!r} could not be read as {what}: it holds Python objects, not plain data and tensors "
+            f"(was it written with torch.save(model)?); {advice}; this library never unpickles code "
+            f"(weights_only=True). ({reason})"
+        )
+    return ValueError(f"path {shown!r} could not be read as {what} (a corrupt or truncated file?): {reason}")
+
+
 def check_same_device(name: str, value: Tensor, device: torch.device, other: str) -> None:
     """Raise ValueError unless `value` is on `device` (where `other` is)."""
     if value.device != device:
@@ -304,11 +329,37 @@ def as_device(name: str, device: object) -> torch.device:
     if not isinstance(device, (str, int)) or isinstance(device, bool):
         raise TypeError(f"{name} must be a torch.device or a string like 'cpu' or 'cuda', got {device!r}")
     try:
-        return torch.device(device)
+        result = torch.device(device)
     except (RuntimeError, ValueError):
         raise ValueError(
             f"{name}={device!r} is not a device PyTorch knows; use 'cpu', 'cuda', 'cuda:1' or 'mps'"
         ) from None
+    check_device_available(name, result)
+    return result
+
+
+def check_device_available(name: str, device: torch.device) -> None:
+    """Raise ValueError if `device` is a CUDA GPU or an Apple GPU this machine does not have (PyTorch would fail
+    later, at the first tensor moved there, with an AssertionError that names no argument)."""
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ValueError(f"{name}={str(device)!r}, but PyTorch sees no CUDA GPU on this machine; use 'cpu'")
+        if device.index is not None and device.index >= count:
+            raise ValueError(
+                f"{name}={str(device)!r}, but this machine has {count} CUDA GPU(s): 'cuda:0' to 'cuda:{count - 1}'"
+            )
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise ValueError(f"{name}={str(device)!r}, but PyTorch sees no Apple GPU (MPS) on this machine; use 'cpu'")
+
+
+def check_has_values(name: str, value: Tensor) -> None:
+    """Raise ValueError if `value` is on the meta device: it has a shape but no values to read (PyTorch would
+    fail deep inside with "cannot be called on meta tensors")."""
+    if value.device.type == "meta":
+        raise ValueError(
+            f"{name} is on the meta device: it has a shape but no values; build it on 'cpu' (or a GPU) instead"
+        )
 
 
 def check_integer_vector(name: str, value: object, what: str) -> None:
@@ -317,6 +368,7 @@ def check_integer_vector(name: str, value: object, what: str) -> None:
         is_tensor = isinstance(value, Tensor)
         shown = f"shape {tuple(value.shape)}, dtype {value.dtype}" if is_tensor else type(value).__name__
         raise TypeError(f"{name} must be a 1-D integer tensor of {what}, got {shown}")
+    check_has_values(name, value)
 
 
 def check_int(name: str, value: object, low: int | None = None, high: int | None = None) -> None:

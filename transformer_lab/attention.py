@@ -60,6 +60,8 @@ def scaled_dot_product_attention(
     check_tensor("key", key, min_dim=2)
     check_tensor("value", value, min_dim=2)
     check_float("query", query)
+    if query.shape[-1] == 0:  # the scores would be 0 / sqrt(0) = NaN
+        raise ValueError(f"query must have at least one feature (d_k >= 1), got shape {tuple(query.shape)}")
     if key.shape[-1] != query.shape[-1]:
         raise ValueError(
             f"key must have the same last dimension d_k as query: query has d_k={query.shape[-1]}, "

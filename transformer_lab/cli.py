@@ -4,6 +4,7 @@
     python -m transformer_lab.cli train --task copy --steps 300 --device cuda --out copy.pt
     python -m transformer_lab.cli evaluate dates.pt
     python -m transformer_lab.cli gpt-train --corpus shakespeare --out shakespeare.pt      (chapter 10)
+    python -m transformer_lab.cli gpt-train --corpus shakespeare --optimizer muon --out muon.pt   (chapter 11)
     python -m transformer_lab.cli gpt-sample shakespeare.pt --prompt "ROMEO:" --temperature 0.8
 
 The checkpoint holds the model (`tl.save_checkpoint`: config and state dict) plus plain data
@@ -38,7 +39,15 @@ from transformer_lab.data import (
 from transformer_lab.distributed import is_main_process
 from transformer_lab.gpt import GPT, GPTConfig
 from transformer_lab.model import Transformer, TransformerConfig, load_checkpoint, save_checkpoint
-from transformer_lab.training import build_model, exact_match_by_kind, load_gpt, save_gpt, train, train_gpt
+from transformer_lab.training import (
+    GPT_OPTIMIZERS,
+    build_model,
+    exact_match_by_kind,
+    load_gpt,
+    save_gpt,
+    train,
+    train_gpt,
+)
 
 __all__ = ["main", "build_parser", "load_trained", "load_shipped", "DEFAULTS", "SHIPPED_CHECKPOINT", "SHIPPED_COMMAND"]
 
@@ -100,8 +109,14 @@ def load_trained(path: str | os.PathLike[str], map_location: str = "cpu") -> tup
     data = torch.load(path, map_location=map_location, weights_only=True)
     if "tokenizer" not in data or "task" not in data:
         raise ValueError(f"{path} has no tokenizer/task: was it written by `python -m transformer_lab.cli train`?")
+    try:
+        tokenizer, task = CharTokenizer.from_dict(data["tokenizer"]), make_task(data["task"])
+    except (TypeError, ValueError) as error:
+        raise ValueError(
+            f"path {os.fspath(path)!r} holds a tokenizer or task that cannot be rebuilt: {error}"
+        ) from None
     model.eval()
-    return model, CharTokenizer.from_dict(data["tokenizer"]), make_task(data["task"])
+    return model, tokenizer, task
 
 
 def load_shipped() -> tuple[Transformer, CharTokenizer, Task]:
@@ -197,7 +212,10 @@ def _check_train_args(parser: argparse.ArgumentParser, args: argparse.Namespace)
 
 
 def _evaluate(args: argparse.Namespace) -> int:
-    model, tokenizer, task = load_trained(args.checkpoint)
+    try:
+        model, tokenizer, task = load_trained(args.checkpoint)
+    except (OSError, ValueError) as error:  # a missing, corrupt or foreign file: a message, not a traceback
+        _fail(f"checkpoint {args.checkpoint}: {error}")
     counts = exact_match_by_kind(model, test_examples(task, args.test_per_format), tokenizer, beam_size=args.beam_size)
     print(_report(counts))
     return 0
@@ -213,10 +231,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit("--threads must be at least 1")
     if args.command == "train":
         _check_train_args(parser, args)
-    elif args.beam_size is not None and args.beam_size < 1:
-        raise SystemExit(f"--beam-size must be at least 1, got {args.beam_size}")
-    elif args.test_per_format < 1:
-        raise SystemExit(f"--test-per-format must be at least 1, got {args.test_per_format}")
+    else:
+        if args.beam_size is not None and args.beam_size < 1:
+            raise SystemExit(f"--beam-size must be at least 1, got {args.beam_size}")
+        if args.test_per_format < 1:
+            raise SystemExit(f"--test-per-format must be at least 1, got {args.test_per_format}")
     torch.set_num_threads(args.threads)
     if args.command == "train":
         if args.device.startswith("cuda") and not torch.cuda.is_available():
@@ -279,6 +298,15 @@ def _add_gpt_commands(commands: Any) -> None:
     )
     g.add_argument("--weight-decay", type=float, default=d["weight_decay"], help="AdamW weight decay on matrices")
     g.add_argument("--beta2", type=float, default=d["beta2"], help="AdamW's beta2 (beta1 is 0.9)")
+    g.add_argument(
+        "--optimizer",
+        choices=GPT_OPTIMIZERS,
+        default="adamw",
+        help="adamw (chapter 10) or muon (chapter 11): Muon for the blocks' matrices, AdamW (--lr, --weight-decay, "
+        "--beta2) for the embeddings, head and gains (default adamw)",
+    )
+    g.add_argument("--muon-lr", type=float, default=0.02, help="Muon's peak learning rate (default 0.02)")
+    g.add_argument("--muon-weight-decay", type=float, default=0.0, help="Muon's weight decay (default 0)")
     g.add_argument("--clip-norm", type=float, default=d["clip_norm"], help="gradient norm clip; 0 for none")
     g.add_argument("--eval-every", type=int, default=d["eval_every"], help="steps between validation losses")
     g.add_argument("--train-fraction", type=float, default=0.9, help="the first share of the text for training")
@@ -350,6 +378,10 @@ def _check_gpt_train_args(args: argparse.Namespace) -> None:
         _fail(f"--weight-decay must be >= 0, got {args.weight_decay}")
     if not 0.0 <= args.beta2 < 1.0:
         _fail(f"--beta2 must be in [0, 1), got {args.beta2}")
+    if not (args.muon_lr > 0 and math.isfinite(args.muon_lr)):
+        _fail(f"--muon-lr must be a number > 0, got {args.muon_lr}")
+    if not (args.muon_weight_decay >= 0 and math.isfinite(args.muon_weight_decay)):
+        _fail(f"--muon-weight-decay must be >= 0, got {args.muon_weight_decay}")
     if not (args.clip_norm >= 0 and math.isfinite(args.clip_norm)):
         _fail(f"--clip-norm must be >= 0 (0: no clipping), got {args.clip_norm}")
     if not 0.0 <= args.newline_share <= 1.0:
@@ -433,6 +465,9 @@ def _gpt_train(args: argparse.Namespace) -> int:
         seed=args.seed,
         starts=starts,
         progress=not args.no_progress,
+        optimizer=args.optimizer,
+        muon_lr=args.muon_lr,
+        muon_weight_decay=args.muon_weight_decay,
     )
     if not is_main_process():  # under torchrun only rank 0 prints and saves
         return 0

@@ -25,6 +25,7 @@ Shape legend: B batch, S source length, T target length (+1 for BOS or EOS); for
 from __future__ import annotations
 
 import datetime as dt
+import inspect
 import numbers
 import os
 import random
@@ -35,7 +36,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from transformer_lab._checks import as_device, check_integer_vector, check_positive_int, is_trusted
+from transformer_lab._checks import as_device, check_bool, check_integer_vector, check_positive_int, is_trusted
 from transformer_lab.masking import padding_mask
 
 __all__ = [
@@ -80,6 +81,8 @@ def _id_list(ids: object, vocab_size: int) -> list[int]:
     if isinstance(ids, Tensor):
         if ids.dim() != 1:
             raise ValueError(f"ids must be 1-D (one sequence), got shape {tuple(ids.shape)}")
+        if ids.numel() == 0:  # torch.tensor([]) is float32: no id, nothing to decode, whatever the dtype
+            return []
         if ids.is_floating_point() or ids.dtype == torch.bool:
             raise TypeError(f"ids must be integer token ids, got dtype {ids.dtype}")
         ids = ids.tolist()
@@ -151,11 +154,14 @@ class CharTokenizer(_CharsSerialised):
         """A string -> token ids; unknown characters become UNK (never an error)."""
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
+        check_bool("add_bos", add_bos)  # a string such as "no" would be silently true
+        check_bool("add_eos", add_eos)
         ids = [self.index.get(ch, self.unk_id) for ch in text]
         return ([self.bos_id] if add_bos else []) + ids + ([self.eos_id] if add_eos else [])
 
     def decode(self, ids: Iterable[int] | Tensor, stop_at_eos: bool = True) -> str:
         """Token ids -> a string: PAD and BOS are dropped, UNK shows as "?", decoding stops at EOS."""
+        check_bool("stop_at_eos", stop_at_eos)
         ids = _id_list(ids, self.vocab_size)
         out = []
         for i in ids:
@@ -187,7 +193,10 @@ def _mix64(x: int) -> int:
     return x ^ (x >> 31)
 
 
-def split_of(key: int | str, fractions: tuple[float, float] = (0.1, 0.1)) -> str:
+_FRACTIONS = (0.1, 0.1)  # the default shares of validation and test
+
+
+def split_of(key: int | str, fractions: tuple[float, float] = _FRACTIONS) -> str:
     """The split ("train", "validation" or "test") that an underlying value belongs to.
 
     A fixed hash of the value decides, so the answer never depends on the format the value is
@@ -197,6 +206,13 @@ def split_of(key: int | str, fractions: tuple[float, float] = (0.1, 0.1)) -> str
         key: the underlying value (a day's ordinal for dates, the string for copy/reverse).
         fractions: the shares of (validation, test); train gets the rest.
     """
+    # Called for every day of a DateTask and every draw of a string task: the usual arguments pass at once.
+    if type(key) not in (int, str) and (isinstance(key, bool) or not isinstance(key, (str, numbers.Integral))):
+        raise TypeError(
+            f"key must be a str or an int (the underlying value: a string, or a day's ordinal), got {key!r}"
+        )
+    if fractions is not _FRACTIONS:
+        _check_fractions(fractions)
     if isinstance(key, str):
         h = 0
         for byte in key.encode("utf-8"):
@@ -210,6 +226,20 @@ def split_of(key: int | str, fractions: tuple[float, float] = (0.1, 0.1)) -> str
     if u < test + val:
         return "validation"
     return "train"
+
+
+def _check_fractions(fractions: object) -> None:
+    """Two shares (validation, test), each in [0, 1], together at most 1 (train gets the rest)."""
+    if (
+        not isinstance(fractions, (tuple, list))
+        or len(fractions) != 2
+        or not all(isinstance(f, (int, float)) and not isinstance(f, bool) for f in fractions)
+    ):
+        raise TypeError(f"fractions must be two numbers (validation share, test share), got {fractions!r}")
+    if not all(0.0 <= f <= 1.0 for f in fractions) or sum(fractions) > 1.0:
+        raise ValueError(
+            f"fractions must be two shares in [0, 1] adding up to at most 1 (train gets the rest), got {fractions!r}"
+        )
 
 
 def _check_split(split: str) -> None:
@@ -256,6 +286,8 @@ class _StringTask(Task):
         check_positive_int("max_len", max_len)
         if min_len > max_len:
             raise ValueError(f"min_len ({min_len}) must be <= max_len ({max_len})")
+        if not isinstance(alphabet, (str, list, tuple)) or not all(isinstance(ch, str) for ch in alphabet):
+            raise TypeError(f"alphabet must be a string of characters, e.g. 'abc', got {alphabet!r}")
         if not alphabet or any(ch not in VOCAB_CHARS for ch in alphabet):
             raise ValueError("alphabet must be non-empty and use only characters of VOCAB_CHARS")
         self.min_len, self.max_len, self.alphabet = min_len, max_len, alphabet
@@ -334,6 +366,8 @@ DATE_FORMATS = {
 
 def format_date(day: dt.date, fmt: str) -> str:
     """Write `day` in one of `DATE_FORMATS`."""
+    if not isinstance(day, dt.date):
+        raise TypeError(f"day must be a datetime.date, e.g. datetime.date(2026, 11, 21), got {day!r}")
     if fmt not in DATE_FORMATS:
         raise ValueError(f"fmt must be one of {sorted(DATE_FORMATS)}, got {fmt!r}")
     return DATE_FORMATS[fmt](day)
@@ -405,15 +439,35 @@ _TASKS: dict[str, type[Task]] = {"copy": CopyTask, "reverse": ReverseTask, "date
 
 
 def make_task(name: str | dict[str, object], **options: object) -> Task:
-    """A task by name ("copy", "reverse", "dates"), or rebuilt from its `to_dict()`."""
+    """A task by name ("copy", "reverse", "dates") with its options, or rebuilt from its `to_dict()`.
+
+    The options are those of the task's class: `min_len`, `max_len`, `alphabet` for copy and reverse
+    (`CopyTask`), `first_year`, `last_year`, `formats` for dates (`DateTask`).
+    """
     if isinstance(name, dict):
         if "name" not in name:
             raise ValueError(f"a task dict must have a 'name' (a task's to_dict()), got keys {sorted(name)}")
+        if options:
+            raise TypeError(
+                f"options {sorted(options)} given beside a task dict: put them into the dict, "
+                f"e.g. make_task({{**task_dict, {next(iter(options))!r}: ...}})"
+            )
         options = {k: v for k, v in name.items() if k != "name"}
-        name = str(name["name"])
-    if name not in _TASKS:
+        name = name["name"]  # type: ignore[assignment]
+        if not isinstance(name, str):
+            raise TypeError(f"a task dict's 'name' must be a task name such as 'dates', got {name!r}")
+    if not isinstance(name, str) or name not in _TASKS:
         raise ValueError(f"task must be one of {sorted(_TASKS)}, got {name!r}")
-    return _TASKS[name](**options)  # type: ignore[arg-type]
+    cls = _TASKS[name]
+    known = [p for p in inspect.signature(cls).parameters if p != "self"]
+    unknown = sorted(set(options) - set(known))
+    if unknown:
+        raise TypeError(
+            f"the {name} task has no option {unknown[0]!r}"
+            + (f" (nor {unknown[1:]})" if unknown[1:] else "")
+            + f"; its options are {known}"
+        )
+    return cls(**options)  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -472,6 +526,12 @@ def make_batch(
                 f"examples must be Example objects or (source, target) pairs of strings, got an item {e!r}; "
                 "for sources alone use [(source, '') for source in sources]"
             )
+    empty = [i for i, (source, _) in enumerate(pairs) if not source]
+    if empty:
+        raise ValueError(
+            f"examples[{empty[0]}] has an empty source: the encoder would have nothing to read (a row of padding "
+            "only); leave it out of the batch"
+        )
     src = _pad([tokenizer.encode(s) for s, _ in pairs], tokenizer.pad_id)  # (B, S)
     tgt_in = _pad([tokenizer.encode(t, add_bos=True) for _, t in pairs], tokenizer.pad_id)  # (B, T)
     tgt_out = _pad([tokenizer.encode(t, add_eos=True) for _, t in pairs], tokenizer.pad_id)  # (B, T)
@@ -622,6 +682,10 @@ def random_windows(
     """
     _check_stream(data, block_size)
     check_positive_int("batch_size", batch_size)
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(
+            f"generator must be a torch.Generator (e.g. torch.Generator().manual_seed(0)) or None, got {generator!r}"
+        )
     if starts is None:
         first = torch.randint(len(data) - block_size, (batch_size,), generator=generator)  # (B,)
     else:

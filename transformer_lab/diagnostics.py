@@ -17,14 +17,14 @@ Shape legend: B batch, T sequence length, D d_model, V vocabulary size.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer_lab._checks import check_positive_int, trusted
+from transformer_lab._checks import check_bool, check_int, check_number, check_positive_int, trusted
 from transformer_lab.embedding import PositionalEncoding, TokenEmbedding
 from transformer_lab.encoder import Encoder
 from transformer_lab.feedforward import FeedForward
@@ -52,6 +52,8 @@ def gradient_norms(modules: Sequence[nn.Module]) -> list[float]:
     """
     if isinstance(modules, nn.Module):
         raise TypeError("modules must be a sequence of nn.Module (e.g. model.layers), got a single module")
+    if not isinstance(modules, Iterable) or isinstance(modules, (str, bytes)):
+        raise TypeError(f"modules must be a sequence of nn.Module (e.g. model.layers), got {type(modules).__name__}")
     per_module = []
     for i, module in enumerate(modules):
         if not isinstance(module, nn.Module):
@@ -82,6 +84,7 @@ class FeedForwardStack(nn.Module):
     def __init__(self, d_model: int, d_ff: int, n_layers: int, residual: bool) -> None:
         super().__init__()
         check_positive_int("n_layers", n_layers)
+        check_bool("residual", residual)  # a string such as "no" would be silently true
         self.residual = residual
         self.norms = nn.ModuleList(LayerNorm(d_model) for _ in range(n_layers))
         self.layers = nn.ModuleList(FeedForward(d_model, d_ff) for _ in range(n_layers))
@@ -105,6 +108,8 @@ def deep_stack_gradient_norms(
         n_layers floats, the gradient norm of each block's FeedForward weights and biases.
     """
     check_positive_int("n_layers", n_layers)
+    check_bool("residual", residual)
+    check_int("seed", seed, 0)
     generator = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
     stack = FeedForwardStack(d_model, d_ff, n_layers, residual)
@@ -126,6 +131,12 @@ def reverse_task_batch(
     Shape:
         returns tokens (B, T) and targets (B, T), int64.
     """
+    for name, value in (("batch_size", batch_size), ("length", length), ("vocab_size", vocab_size)):
+        check_positive_int(name, value)
+    if not isinstance(generator, torch.Generator):
+        raise TypeError(
+            f"generator must be a torch.Generator (e.g. torch.Generator().manual_seed(0)), got {generator!r}"
+        )
     tokens = torch.randint(0, vocab_size, (batch_size, length), generator=generator)  # (B, T)
     return tokens, tokens.flip(1)
 
@@ -184,11 +195,15 @@ def train_norm_placement(
          "grad_norms": per-layer gradient norms at each step (steps lists of n_layers floats),
          "accuracy": token accuracy on a fixed held-out batch after training (one float, in a list)}.
     """
-    check_positive_int("steps", steps)
-    if not isinstance(lr, (int, float)) or lr <= 0:
-        raise ValueError(f"lr must be a positive float, got {lr!r}")
+    sizes = {"steps": steps, "n_layers": n_layers, "d_model": d_model, "n_heads": n_heads, "d_ff": d_ff}
+    sizes |= {"vocab_size": vocab_size, "length": length, "batch_size": batch_size}
+    for name, value in sizes.items():
+        check_positive_int(name, value)
+    check_bool("norm_first", norm_first)
+    check_number("lr", lr, positive=True)  # NaN, inf or True would train on without a word
     if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
         raise ValueError(f"warmup_steps must be an int >= 0, got {warmup_steps!r}")
+    check_int("seed", seed, 0)
     torch.manual_seed(seed)
     model = ReverseTaskModel(vocab_size, d_model, n_heads, d_ff, n_layers, norm_first, max_len=length)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr, foreach=True)

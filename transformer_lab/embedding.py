@@ -14,6 +14,7 @@ Shape legend: B batch, L sequence length, D d_model, V vocabulary size.
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 from torch import Tensor, nn
@@ -21,6 +22,7 @@ from torch import Tensor, nn
 from transformer_lab._checks import (
     check_float,
     check_last_dim,
+    check_like_module,
     check_positive_int,
     check_probability,
     check_tensor,
@@ -105,14 +107,23 @@ class PositionalEncoding(nn.Module):
                     f"x is on {x.device} but the encoding table is on {self.pe.device}; move one with .to()"
                 )
         length = x.shape[1]
-        if isinstance(start, bool) or not isinstance(start, int):
-            raise TypeError(f"start must be an int (the position of x's first vector), got {start!r}")
+        start = _position(start)
         if start < 0 or start + length > self.max_len:
             raise ValueError(
                 f"sequence of length {length} starting at position {start} is longer than max_len={self.max_len}; "
                 "build the model with a larger max_len"
             )
         return self.dropout(x + self.pe[start : start + length].to(x.dtype))  # (B, L, D)
+
+
+def _position(start: object) -> int:
+    """`start`, the position of a sequence's first vector, as an int: a Python or numpy int, or a 0-d integer
+    tensor (read back once). A float, even 2.0, or a bool is refused: a position is a whole number."""
+    if isinstance(start, Tensor) and start.dim() == 0 and not start.is_floating_point() and start.dtype != torch.bool:
+        return int(start)
+    if isinstance(start, bool) or not isinstance(start, numbers.Integral):
+        raise TypeError(f"start must be an int (the position of x's first vector), got {start!r}")
+    return int(start)
 
 
 # --- Chapter 08 extras: the three denominators of note 002, the rotation of PE, learned positions ---
@@ -180,6 +191,8 @@ def rotation_matrix(d_model: int, offset: int, dtype: torch.dtype = torch.float6
         )
     if isinstance(offset, bool) or not isinstance(offset, int):
         raise TypeError(f"offset must be an int, got {offset!r}")
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating-point torch.dtype such as torch.float64, got {dtype!r}")
     angles = offset * inverse_frequencies(d_model, "exp_log", torch.float64)  # (D/2,) k * w_i
     cos, sin = torch.cos(angles), torch.sin(angles)
     rotation = torch.zeros(d_model, d_model, dtype=torch.float64)
@@ -215,10 +228,13 @@ class LearnedPositionalEmbedding(nn.Module):
         nn.init.normal_(self.embedding.weight, mean=0.0, std=0.02)  # nanoGPT's initialisation
 
     def forward(self, x: Tensor, start: int = 0) -> Tensor:
-        check_tensor("x", x, dim=3)
-        check_float("x", x)
-        check_last_dim("x", x, self.d_model)
+        if not is_trusted():  # a GPT's forward has checked its ids and the device already
+            check_tensor("x", x, dim=3)
+            check_float("x", x)
+            check_last_dim("x", x, self.d_model)
+            check_like_module("x", x, self, dtype=False)  # another float dtype is fine: the vectors are cast
         length = x.shape[1]
+        start = _position(start)
         if start < 0 or start + length > self.max_len:
             raise ValueError(
                 f"positions {start}..{start + length - 1} are beyond the {self.max_len} learned positions "

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import pickle
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +32,7 @@ from transformer_lab._checks import (
     check_token_tensors,
     is_trusted,
     trusted,
+    unreadable_checkpoint,
 )
 from transformer_lab.decoder import Decoder, DecoderCache
 from transformer_lab.embedding import PositionalEncoding, TokenEmbedding
@@ -394,24 +394,15 @@ def load_checkpoint(path: str | os.PathLike[str], map_location: str | torch.devi
     """
     _check_path("path", path)
     device = as_device("map_location", map_location)
+    if os.path.isdir(path):
+        raise ValueError(f"path {os.fspath(path)!r} is a folder; give the checkpoint file inside it (e.g. model.pt)")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no checkpoint at path {os.fspath(path)!r}")
     try:
         checkpoint = torch.load(path, map_location=device, weights_only=True)
-    except pickle.UnpicklingError as error:
-        if "weights only" not in str(error).lower():
-            raise ValueError(
-                f"path {os.fspath(path)!r} could not be read as a checkpoint (corrupt file?): {str(error)[:200]}"
-            ) from None
-        raise ValueError(
-            f"path {os.fspath(path)!r} holds Python objects, not a transformer_lab checkpoint (plain data and "
-            "tensors): was it written with torch.save(model)? Load it where it was made and save it with "
-            "tl.save_checkpoint(model, path); this library never unpickles code (weights_only=True)"
-        ) from None
-    except (RuntimeError, EOFError, OSError, ValueError) as error:
-        raise ValueError(
-            f"path {os.fspath(path)!r} could not be read as a checkpoint (truncated or corrupt?): {str(error)[:200]}"
-        ) from None
+    except Exception as error:  # noqa: BLE001 - a corrupt file can fail anywhere in the unpickler (KeyError, ...)
+        advice = "load it where it was made and save it with tl.save_checkpoint(model, path)"
+        raise unreadable_checkpoint(path, error, "a transformer_lab checkpoint", advice) from None
     if not isinstance(checkpoint, dict) or "config" not in checkpoint or "state_dict" not in checkpoint:
         raise ValueError(
             f"path {os.fspath(path)!r} is not a transformer_lab checkpoint (expected a dict with keys 'config' and "

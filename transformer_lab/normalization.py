@@ -132,7 +132,8 @@ class BatchNorm(nn.Module):
             mean, var, count = _masked_feature_statistics(x, mask)  # (D,), (D,), number of tokens
             if count < 2:
                 raise ValueError(
-                    f"BatchNorm needs at least 2 real tokens in a training batch to estimate a variance, got {count}"
+                    f"BatchNorm needs at least 2 real tokens in a training batch to estimate a variance, got {count} "
+                    "(x's tokens, less those the mask marks as padding); use a larger batch, or eval mode"
                 )
             with torch.no_grad():
                 unbiased = var * count / (count - 1)
@@ -169,16 +170,26 @@ def _check_token_mask(mask: object, x: Tensor) -> None:
 
 
 def _masked_feature_statistics(x: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor, int]:
-    """Per-feature mean and biased variance over the real tokens of a (B, T, D) batch."""
+    """Per-feature mean and biased variance over the real tokens of a (B, T, D) batch.
+
+    With no token to average over (an empty batch, or a mask of padding only) there is no statistic: a mean
+    of nothing would be NaN, or 0 / 1 = 0 with the count clamped, a number that looks real. Both are refused.
+    """
     if mask is None:
         flat = x.reshape(-1, x.shape[-1])  # (B*T, D)
+        if flat.shape[0] == 0:
+            raise ValueError(f"x holds no token (shape {tuple(x.shape)}): there is nothing to average over")
         return flat.mean(dim=0), flat.var(dim=0, unbiased=False), flat.shape[0]
     _check_token_mask(mask, x)
     weights = mask.to(x.dtype).unsqueeze(-1)  # (B, T, 1)
     count = int(mask.sum())
-    total = max(count, 1)
-    mean = (x * weights).sum(dim=(0, 1)) / total  # (D,)
-    var = (((x - mean) ** 2) * weights).sum(dim=(0, 1)) / total  # (D,)
+    if count == 0:
+        raise ValueError(
+            f"mask marks every position of x {tuple(x.shape)} as padding (it holds no True): there is no real token "
+            "to average over; True = real token (tl.padding_mask(tokens, pad_id)[:, 0, 0, :] gives one)"
+        )
+    mean = (x * weights).sum(dim=(0, 1)) / count  # (D,)
+    var = (((x - mean) ** 2) * weights).sum(dim=(0, 1)) / count  # (D,)
     return mean, var, count
 
 
@@ -202,6 +213,8 @@ def layer_norm_statistics(x: Tensor) -> tuple[Tensor, Tensor]:
     """
     check_tensor("x", x, min_dim=1)
     check_float("x", x)
+    if x.shape[-1] == 0:
+        raise ValueError(f"x has no features (shape {tuple(x.shape)}): a token's mean over 0 features is undefined")
     return x.mean(dim=-1), x.var(dim=-1, unbiased=False)
 
 

@@ -8,7 +8,8 @@
 - `train`: the loop (gradient clipping, a tqdm progress bar, a returned `History`).
 - `translate`, `exact_match`: decode greedily (or by beam search) and score whole answers.
 - Chapter 10: `train_gpt` (AdamW, warm-up and cosine decay: `cosine_lr`), `evaluate_text` (the loss over a
-  whole text), `save_gpt` / `load_gpt` (weights_only checkpoints with the tokenizer).
+  whole text), `save_gpt` / `load_gpt` (weights_only checkpoints with the tokenizer). Chapter 11:
+  `train_gpt(..., optimizer="muon")` trains the blocks' matrices with Muon (`tl.muon`).
 Both trainers run under `torchrun` with DistributedDataParallel (`tl.distributed`).
 
 Shape legend: B batch, S source length, T target length, V vocabulary size, N = B * T.
@@ -32,6 +33,7 @@ from torch import Tensor, nn
 from transformer_lab._checks import (
     as_device,
     check_bool,
+    check_has_values,
     check_int,
     check_integer_vector,
     check_number,
@@ -41,6 +43,7 @@ from transformer_lab._checks import (
     check_tensor,
     check_token_dtype,
     trusted,
+    unreadable_checkpoint,
 )
 from transformer_lab.data import CharTokenizer, Example, Task, make_batch
 from transformer_lab.distributed import DataParallel
@@ -90,6 +93,7 @@ def smoothed_targets(target: Tensor, vocab_size: int, pad_id: int, smoothing: fl
     """
     check_tensor("target", target)
     check_token_dtype("target", target)
+    check_has_values("target", target)
     check_positive_int("vocab_size", vocab_size)
     check_probability("smoothing", smoothing)
     if vocab_size < 3:
@@ -146,6 +150,11 @@ def label_smoothed_loss(logits: Tensor, target: Tensor, pad_id: int, smoothing: 
             f"target {tuple(target.shape)}"
         )
     vocab_size = logits.shape[-1]
+    if vocab_size < 3:
+        raise ValueError(
+            f"logits must score at least 3 tokens (PAD, the true token and one other) in their last dimension V, "
+            f"got shape {tuple(logits.shape)}"
+        )
     log_p = F.log_softmax(logits.float(), dim=-1)  # (..., V)
     q = smoothed_targets(target, vocab_size, pad_id, smoothing).to(log_p.device)  # (..., V)
     per_position = -(q * log_p).sum(-1)  # (...)
@@ -170,6 +179,7 @@ def noam_lr(step: int | Tensor, d_model: int, warmup: int = 4000, factor: float 
     check_positive_int("warmup", warmup)
     check_number("factor", factor, positive=True)
     if isinstance(step, Tensor):
+        check_has_values("step", step)
         if (step < 1).any():
             raise ValueError("step must be >= 1 (steps count from 1)")
         s = step.double()
@@ -386,6 +396,12 @@ def train(
     check_positive_int("eval_examples", eval_examples)
     check_probability("smoothing", smoothing)
     _check_tokenizer(tokenizer)
+    smallest = min(model.config.src_vocab_size, model.config.tgt_vocab_size)
+    if tokenizer.vocab_size > smallest:  # found here, not at the first batch that holds a high id
+        raise ValueError(
+            f"tokenizer has {tokenizer.vocab_size} tokens but the model's vocabularies hold {smallest}: build the "
+            "TransformerConfig with src_vocab_size = tgt_vocab_size = tokenizer.vocab_size"
+        )
     check_number("lr_factor", lr_factor, positive=True)  # a negative factor would be gradient ascent
     check_int("seed", seed, 0)
     if clip_norm is not None:
@@ -604,6 +620,7 @@ class TextHistory:
 
     def time_to_loss(self, target: float) -> float | None:
         """Training seconds at the first evaluation with val_loss <= target (None if never reached)."""
+        check_number("target", target)  # NaN would never be reached: None, as if the run were too short
         for seconds, loss in zip(self.eval_seconds, self.val_loss, strict=True):
             if loss <= target:
                 return seconds
@@ -636,6 +653,27 @@ def make_adamw(
     return torch.optim.AdamW(groups, lr=lr, betas=(float(betas[0]), float(betas[1])))
 
 
+#: The optimizers `train_gpt` can use (its `optimizer` argument, gpt-train's --optimizer).
+GPT_OPTIMIZERS = ("adamw", "muon")
+
+
+def _gpt_optimizer(
+    name: str,
+    model: nn.Module,
+    lr: float,
+    weight_decay: float,
+    betas: tuple[float, float],
+    muon_lr: float,
+    muon_weight_decay: float,
+) -> torch.optim.Optimizer:
+    """The optimizer `train_gpt`'s `optimizer` argument names: AdamW (chapter 10), or Muon + AdamW (chapter 11)."""
+    if name == "adamw":
+        return make_adamw(model, lr, weight_decay, betas)
+    from transformer_lab.muon import make_muon
+
+    return make_muon(model, muon_lr, lr, weight_decay=muon_weight_decay, adamw_weight_decay=weight_decay, betas=betas)
+
+
 def train_gpt(
     model: nn.Module,
     train_data: Tensor,
@@ -657,6 +695,9 @@ def train_gpt(
     starts: Tensor | None = None,
     device: torch.device | str | None = None,
     progress: bool = True,
+    optimizer: str = "adamw",
+    muon_lr: float = 0.02,
+    muon_weight_decay: float = 0.0,
 ) -> TextHistory:
     """Train a `GPT` to predict the next token of `train_data`; returns the `TextHistory` (chapter 10).
 
@@ -690,6 +731,10 @@ def train_gpt(
             newline of a text of one poem per line); None, any offset.
         device: where to train (default: where the model is).
         progress: show a tqdm progress bar.
+        optimizer: "adamw" (`make_adamw`, chapter 10) or "muon" (chapter 11, `tl.muon.make_muon`): Muon for
+            the blocks' matrices, AdamW as above (lr, weight_decay, betas) for the embeddings, head and gains.
+        muon_lr, muon_weight_decay: Muon's peak learning rate and weight decay; the schedule scales it as it
+            scales lr (Muon's rate at each step is muon_lr / lr times AdamW's).
 
     Returns:
         a `TextHistory`; the model is left in eval mode, its attention flags as they were.
@@ -713,6 +758,10 @@ def train_gpt(
     check_int("seed", seed, 0)
     if not isinstance(progress, bool):
         raise TypeError(f"progress must be True or False, got {progress!r}")
+    if optimizer not in GPT_OPTIMIZERS:
+        raise ValueError(f"optimizer must be one of {GPT_OPTIMIZERS}, got {optimizer!r}")
+    check_number("muon_lr", muon_lr, positive=True)
+    check_number("muon_weight_decay", muon_weight_decay, non_negative=True)
     _check_stream_for("train_data", train_data, block, model.config.vocab_size)
     if starts is not None:
         _check_starts(starts, train_data.numel(), block)
@@ -726,7 +775,9 @@ def train_gpt(
     model.to(device)
     net = parallel.wrap(model)
     rows = parallel.rows(batch_size)
-    optimizer = make_adamw(model, lr, weight_decay, betas)
+    optimizer = _gpt_optimizer(optimizer, model, lr, weight_decay, betas, muon_lr, muon_weight_decay)
+    # Each group's peak rate over lr: 1 for AdamW's groups, muon_lr / lr for Muon's; the schedule scales them all.
+    scales = [group["lr"] / lr for group in optimizer.param_groups]
     generator = torch.Generator().manual_seed(seed)  # the batches: the same on every process
     train_data = train_data.cpu()
     if val_data is not None:
@@ -756,8 +807,8 @@ def train_gpt(
     try:
         for step in bar:
             rate = cosine_lr(step - 1, lr, min_lr, warmup, decay_steps)
-            for group in optimizer.param_groups:
-                group["lr"] = rate
+            for group, scale in zip(optimizer.param_groups, scales, strict=True):
+                group["lr"] = rate * scale
             with trusted():  # train_data and starts were checked above
                 x, y = random_windows(train_data, block, batch_size, generator, starts)  # (B, block) each: global
             x, y = x[rows].to(device), y[rows].to(device)  # this process's rows
@@ -849,28 +900,26 @@ def load_gpt(path: str | os.PathLike[str], map_location: torch.device | str = "c
     checkpoint, a checkpoint of another kind (chapter 09's Transformer) or weights that do not fit the
     config are refused with an error that says which.
     """
-    import pickle
-
     from transformer_lab.data import TextTokenizer
     from transformer_lab.gpt import GPTConfig
 
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a str or a path, got {type(path).__name__}")
     device = as_device("map_location", map_location)
+    if os.path.isdir(path):
+        raise ValueError(f"path {os.fspath(path)!r} is a folder; give the checkpoint file inside it (e.g. gpt.pt)")
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"no GPT checkpoint at {os.fspath(path)!r}")
+        raise FileNotFoundError(f"no GPT checkpoint at path {os.fspath(path)!r}")
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as error:
-        raise ValueError(
-            f"{os.fspath(path)!r} could not be read as a GPT checkpoint (a corrupt file, or one holding Python "
-            f"objects rather than plain data and tensors): {str(error)[:200]}"
-        ) from None
+    except Exception as error:  # noqa: BLE001 - a corrupt file can fail anywhere in the unpickler (KeyError, ...)
+        advice = "load it where it was made and save it with tl.training.save_gpt(model, path, tokenizer)"
+        raise unreadable_checkpoint(path, error, "a GPT checkpoint", advice) from None
     if not isinstance(data, dict) or data.get("kind") != "gpt":
         what = "chapter 09's Transformer" if isinstance(data, dict) and "task" in data else "something else"
         raise ValueError(
-            f"{os.fspath(path)!r} is not a GPT checkpoint (it holds {what}); write one with tl.training.save_gpt "
-            "or `python -m transformer_lab.cli gpt-train`"
+            f"path {os.fspath(path)!r} is not a GPT checkpoint (it holds {what}); write one with "
+            "tl.training.save_gpt or `python -m transformer_lab.cli gpt-train`"
         )
     missing = [key for key in ("config", "tokenizer", "state_dict") if key not in data]
     if missing:

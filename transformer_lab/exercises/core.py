@@ -514,6 +514,11 @@ class Exercise:
                 problem = _once(problem, said)
                 text = shown if problem is None else _m("check.case_problem", case=shown, problem=problem)
                 result.lines.append((problem is None, text))
+        if inspect.isclass(candidate) and not result.passed and not result.not_done and not result.shortcut:
+            # Calling a class builds an object of it: every case failed for that one reason, which its lines
+            # ("should be a torch.Tensor, got softmax_rows") do not say. A class that does build the answer
+            # (a subclass of the layer asked for, say) passes above and is left alone.
+            result.lines = [(False, _m("run.a_class", exercise=self.name, got=candidate.__name__))]
         if result.passed and self.why:
             result.right_why = self.why
         elif not result.passed:

@@ -10,7 +10,16 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
-from transformer_lab.plotting.style import CMAP_MASK, CMAP_WEIGHTS, course_style, heatmap, new_figure, to_numpy
+from transformer_lab.plotting.style import (
+    CMAP_MASK,
+    CMAP_WEIGHTS,
+    course_style,
+    finite_values,
+    heatmap,
+    new_figure,
+    probabilities,
+    to_numpy,
+)
 
 __all__ = [
     "attention_heatmap",
@@ -24,12 +33,60 @@ __all__ = [
 ]
 
 
+#: Where NaN weights come from, said when they are refused.
+NAN_WEIGHTS = (
+    "a query whose keys are all masked gets NaN from nn.MultiheadAttention or a hand-written softmax (0 / 0), "
+    "where tl.scaled_dot_product_attention gives zeros; leave such rows out or use the library's attention"
+)
+WEIGHTS = "attention weights (each row a softmax over the keys; pass scores through torch.softmax first)"
+
+
 def _matrix(name: str, values: object, hint: str) -> np.ndarray:
     """`values` as a 2-D (T, S) numpy array, or a ValueError naming the argument."""
     array = to_numpy(values, name)
     if array.ndim != 2:
         raise ValueError(f"{name} must be a 2-D (T, S) matrix, got shape {array.shape}; {hint}")
     return array
+
+
+def attention_values(name: str, values: object, hint: str = "pick one batch row and head") -> np.ndarray:
+    """`values` as a (T, S) numpy array of attention weights: at least one query and one key, finite, in [0, 1]."""
+    array = _matrix(name, values, hint)
+    if 0 in array.shape:
+        raise ValueError(f"{name} is empty (shape {array.shape}): there is no query or no key to draw")
+    return probabilities(name, finite_values(name, array, NAN_WEIGHTS), WEIGHTS)
+
+
+def stack_layers(name: str, weights: object, shape: str) -> np.ndarray:
+    """A tensor or array, or a list of per-layer ones, as one numpy array with the layers first.
+
+    Every layer must have the same shape (heads, queries, keys): a ragged list cannot be one grid. `shape`
+    names the shape each layer has, for the message.
+    """
+    if not isinstance(weights, (list, tuple)):
+        return to_numpy(weights, name)
+    if not weights:
+        raise ValueError(f"{name} is an empty list: pass one {shape} array per layer")
+    layers = [to_numpy(w, f"{name}[{i}]") for i, w in enumerate(weights)]
+    for i, layer in enumerate(layers[1:], start=1):
+        if layer.shape != layers[0].shape:
+            raise ValueError(
+                f"{name}[{i}] has shape {layer.shape} but {name}[0] has {layers[0].shape}: every layer must be a "
+                f"{shape} array of the same shape (the same sequence, heads and length)"
+            )
+    return np.stack(layers)
+
+
+def mask_values(name: str, mask: object, hint: str) -> np.ndarray:
+    """`mask` as a (T, S) numpy array of 0 and 1 (a bool mask), or an error naming the argument."""
+    values = _matrix(name, mask, hint)
+    if not np.isin(values, (0.0, 1.0)).all():
+        raise ValueError(
+            f"{name} must be a bool (or 0/1) mask, True = may attend; got other values "
+            f"(from {np.nanmin(values) if values.size else 0:.4g} to {np.nanmax(values) if values.size else 0:.4g}: "
+            "weights? token ids? build masks with tl.padding_mask / tl.causal_mask)"
+        )
+    return values
 
 
 def _axes_for(values: np.ndarray, cell_width: float, width_pad: float, height_pad: float) -> Axes:
@@ -54,7 +111,7 @@ def attention_heatmap(
         query_labels: T labels for the rows (the tokens attending).
         annotate: write each weight in its cell (default: when the matrix is at most 10 x 10).
     """
-    values = _matrix("weights", weights, "pick one batch row and head")
+    values = attention_values("weights", weights)
     ax = ax if ax is not None else _axes_for(values, cell_width=0.45, width_pad=2.6, height_pad=1.8)
     if annotate is None:
         annotate = max(values.shape) <= 10
@@ -92,14 +149,14 @@ def attention_grid(
         x_title, y_title: the axis titles, written once for the whole grid (the same words as
             `attention_heatmap`'s); pass "" to leave one out.
     """
-    if isinstance(weights, (list, tuple)):
-        values = np.stack([to_numpy(w, "weights") for w in weights])
-    else:
-        values = to_numpy(weights, "weights")
+    values = stack_layers("weights", weights, "(H, T, S)")
     if values.ndim == 3:
         values = values[None]
     if values.ndim != 4:
         raise ValueError(f"weights must be (layers, heads, T, S) or (heads, T, S), got shape {values.shape}")
+    if 0 in values.shape:
+        raise ValueError(f"weights is empty (shape {values.shape}): there is no layer, head, query or key to draw")
+    probabilities("weights", finite_values("weights", values, NAN_WEIGHTS), WEIGHTS)
     n_layers, n_heads, t, s = values.shape
     names = list(row_names) if row_names is not None else [f"layer {i + 1}" for i in range(n_layers)]
     if isinstance(row_names, str) or len(names) != n_layers:
@@ -157,9 +214,7 @@ def mask_picture(
             sentence when the rows are the sentences of a batch (whose columns no single list can label).
         x_title, y_title: the axis titles (e.g. "sentence" when the rows are a batch, not queries).
     """
-    values = _matrix("mask", mask, "choose a batch row and head first")
-    if not np.isin(values, (0.0, 1.0)).all():
-        raise ValueError("mask must be a bool (or 0/1) mask, True = may attend; got other values (weights?)")
+    values = mask_values("mask", mask, "choose a batch row and head first")
     if cell_labels is not None:
         if isinstance(cell_labels, str) or len(cell_labels) != values.shape[0]:
             raise ValueError(
@@ -223,6 +278,8 @@ def mask_grid(masks: dict[str, object], key_labels: Sequence[str] | None = None,
     """
     if not isinstance(masks, dict) or not masks:
         raise ValueError("masks must be a non-empty dict {title: 2-D mask}")
+    for name, mask in masks.items():  # all checked before any figure is made
+        mask_values(f"masks[{name!r}]", mask, "a (T, S) mask, e.g. tl.padding_mask(tokens, pad_id)[b, 0]")
     fig, axes = new_figure(1, len(masks), size=(3.2 * len(masks), 3.2))
     for ax, (name, mask) in zip(axes[0], masks.items(), strict=True):
         rows = to_numpy(mask, f"masks[{name!r}]").shape[0]
@@ -267,7 +324,8 @@ def mask_broadcast(
             f"padding must be (B, S) or the library's (B, 1, 1, S) padding mask, got shape {pad.shape}; "
             "build it with tl.padding_mask(tokens, pad_id)"
         )
-    tri = _matrix("causal", causal, "pass one (T, T) causal mask, e.g. tl.causal_mask(T)")
+    mask_values("padding", pad, "a (B, S) padding mask")
+    tri = mask_values("causal", causal, "pass one (T, T) causal mask, e.g. tl.causal_mask(T)")
     n_sentences, s = pad.shape
     if tri.shape != (s, s):
         raise ValueError(
@@ -310,14 +368,15 @@ def softmax_saturation(
         scores: (S,) one query's scores over S keys.
         scales: the factors to multiply the scores by (e.g. 0.5, 1, 2, 4, 8, 16).
     """
-    values = torch.as_tensor(to_numpy(scores, "scores"), dtype=torch.float64)
+    values = torch.as_tensor(finite_values("scores", to_numpy(scores, "scores")), dtype=torch.float64)
     if values.ndim != 1 or values.numel() < 2:
         raise ValueError(f"scores must be a 1-D vector of at least 2 scores, got shape {tuple(values.shape)}")
     if isinstance(scales, (str, bytes)) or not isinstance(scales, Sequence):
         raise TypeError(f"scales must be a list of positive numbers, got {type(scales).__name__}")
-    factors = [float(f) for f in scales]
-    if not factors or any(f <= 0 for f in factors):
-        raise ValueError(f"scales must be a non-empty sequence of positive numbers, got {list(scales)}")
+    given = finite_values("scales", to_numpy(scales, "scales"))
+    if given.ndim != 1 or given.size == 0 or (given <= 0).any():
+        raise ValueError(f"scales must be a non-empty list of positive numbers, got {list(scales)}")
+    factors = given.tolist()  # plain floats
     fig, axes = new_figure(1, 2, size=(9.0, 3.4))
     left, right = axes[0]
     largest_weight, largest_gradient = [], []
@@ -361,10 +420,13 @@ def score_variance(
         unscaled: the measured variance of q . k for each d_k.
         scaled: the measured variance of q . k / sqrt(d_k) for each d_k.
     """
-    sizes = to_numpy(d_k, "d_k")
-    raw, normalised = to_numpy(unscaled, "unscaled"), to_numpy(scaled, "scaled")
+    sizes = finite_values("d_k", to_numpy(d_k, "d_k"))
+    raw = finite_values("unscaled", to_numpy(unscaled, "unscaled"))
+    normalised = finite_values("scaled", to_numpy(scaled, "scaled"))
     if sizes.ndim != 1 or sizes.size == 0:
         raise ValueError(f"d_k must be a non-empty 1-D sequence, got shape {sizes.shape}")
+    if (sizes <= 0).any():  # drawn on a log axis, where 0 and below vanish without a word
+        raise ValueError(f"d_k must hold positive sizes, got {sizes.tolist()}")
     if raw.shape != sizes.shape or normalised.shape != sizes.shape:
         raise ValueError(
             f"unscaled and scaled must have one value per d_k ({sizes.size}), got {raw.size} and {normalised.size}"

@@ -12,11 +12,13 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from transformer_lab._checks import check_number
 from transformer_lab.plotting.style import (
     CMAP_SIGNED,
     check_mapping,
     course_style,
     curves,
+    finite_values,
     heatmap,
     new_figure,
     to_numpy,
@@ -40,7 +42,16 @@ def _table(pe: object, name: str = "pe") -> np.ndarray:
         values = values[0]  # a (1, max_len, D) buffer as in the notes
     if values.ndim != 2:
         raise ValueError(f"{name} must be a (positions, d_model) table, got shape {values.shape}")
-    return values
+    if 0 in values.shape:
+        raise ValueError(f"{name} is empty (shape {values.shape}): a table needs at least one position and dimension")
+    return finite_values(name, values)
+
+
+def _indices(name: str, values: object) -> list[int]:
+    """A list of indices (a list or tuple, not one int, whose items `_check_index` checks)."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, Sequence):
+        raise TypeError(f"{name} must be a list of ints, e.g. [0, 1], got {values!r}")
+    return list(values)
 
 
 def _axes(ax: Axes | None, size: tuple[float, float]) -> Axes:
@@ -115,6 +126,7 @@ def encoding_curves(
         position: mark this position on every curve.
     """
     values = _table(pe)
+    dimensions = _indices("dimensions", dimensions)
     if len(dimensions) == 0:
         raise ValueError("dimensions must name at least one column")
     for d in dimensions:
@@ -170,6 +182,7 @@ def position_similarity_curves(
     """
     values = _table(pe)
     n = values.shape[0]
+    positions = _indices("positions", positions)
     if len(positions) == 0:
         raise ValueError("positions must name at least one starting position")
     for p in positions:
@@ -177,6 +190,8 @@ def position_similarity_curves(
     longest = n - 1 - max(positions)
     if max_offset is None:
         max_offset = longest
+    if isinstance(max_offset, bool) or not isinstance(max_offset, (int, np.integer)):
+        raise TypeError(f"max_offset must be an int (the largest offset k drawn) or None, got {max_offset!r}")
     if max_offset < 1 or max_offset > longest:
         raise ValueError(f"max_offset must be in [1, {longest}] so that p + k stays in the table, got {max_offset}")
     ks = np.arange(max_offset + 1)
@@ -209,7 +224,11 @@ def rotation_pairs(
     values = _table(pe)
     n, d = values.shape
     _check_index("position", position, n, "a row of the table")
+    if isinstance(offset, bool) or not isinstance(offset, (int, np.integer)):
+        raise TypeError(f"offset must be an int (the number of positions k to move on), got {offset!r}")
     _check_index("position + offset", position + offset, n, "a row of the table")
+    pairs = _indices("pairs", pairs)
+    check_number("zoom_below", zoom_below, non_negative=True)
     if len(pairs) == 0:
         raise ValueError("pairs must name at least one pair of dimensions")
     for i in pairs:
@@ -290,11 +309,16 @@ def value_histograms(
         raise ValueError(f"bins must be a positive int, got {bins!r}")
     if y_max is not None and (isinstance(y_max, bool) or not isinstance(y_max, (int, float)) or not y_max > 0):
         raise ValueError(f"y_max must be a positive number or None, got {y_max!r}")
+    arrays = {
+        name: finite_values(f"series[{name!r}]", to_numpy(values, f"series[{name!r}]").ravel())
+        for name, values in series.items()
+    }
+    everything = np.concatenate(list(arrays.values()))
+    if everything.size == 0:
+        raise ValueError("series holds no values at all: every tensor is empty")
     ax = _axes(ax, (6.0, 3.2))
     with course_style():
-        arrays = {name: to_numpy(values, f"series[{name!r}]").ravel() for name, values in series.items()}
-        everything = np.concatenate(list(arrays.values()))
-        edges = np.linspace(everything.min(), everything.max(), bins + 1) if everything.size else bins
+        edges = np.linspace(everything.min(), everything.max(), bins + 1)
         for name, values in arrays.items():
             heights, edges_used, patches = ax.hist(values, bins=edges, alpha=0.55, density=True, label=name)
             if y_max is not None and heights.size and heights.max() > y_max:  # cut off: say how high it goes
@@ -327,8 +351,13 @@ def frequency_errors(
     check_mapping("errors", errors)
     if not errors:
         raise ValueError("errors must hold at least one named curve")
+    series = {}
+    for name, values in errors.items():
+        array = finite_values(f"errors[{name!r}]", to_numpy(values, f"errors[{name!r}]"))
+        if (array < 0).any():
+            raise ValueError(f"errors[{name!r}] must hold relative errors |error| / value >= 0, got {array.min():.3g}")
+        series[name] = np.maximum(array, 1e-12)  # 0 (exact) drawn at 1e-12 on the log scale
     ax = _axes(ax, (6.0, 3.2))
-    series = {name: np.maximum(to_numpy(values, f"errors[{name!r}]"), 1e-12) for name, values in errors.items()}
     curves(ax, series, title=title, x_title="frequency index i (dimensions 2i, 2i + 1)", y_title="|error| / value")
     with course_style():
         ax.set_yscale("log")
@@ -350,6 +379,8 @@ def encoding_overview(pe: object, position: int, dimension: int, fig: Figure | N
     n, d = values.shape
     _check_index("position", position, n, "a row of the table")
     _check_index("dimension", dimension, d, "a column of the table")
+    if fig is not None and not isinstance(fig, Figure):
+        raise TypeError(f"fig must be a matplotlib Figure (e.g. plt.figure()) or None, got {type(fig).__name__}")
     if fig is None:
         fig, _ = new_figure(1, 3, size=(12.0, 3.4))
     fig.clear()

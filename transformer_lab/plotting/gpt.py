@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 from matplotlib.figure import Figure
 
-from transformer_lab.plotting.style import CMAP_WEIGHTS, course_style, curves, heatmap, new_figure, to_numpy
+from transformer_lab._checks import check_number
+from transformer_lab.plotting.attention import NAN_WEIGHTS, WEIGHTS, stack_layers
+from transformer_lab.plotting.style import (
+    CMAP_WEIGHTS,
+    check_lengths,
+    course_style,
+    curves,
+    finite_values,
+    heatmap,
+    new_figure,
+    probabilities,
+    to_numpy,
+)
 
 __all__ = ["recipe_curves", "sampling_filters", "attention_by_distance", "sample_rates"]
 
@@ -22,6 +35,7 @@ def _history(name: str, h: object) -> Mapping[str, object]:
     missing = [key for key in ("step", "loss", "eval_step", "val_loss") if key not in h]
     if missing:
         raise ValueError(f"histories[{name!r}] lacks {missing}; pass what tl.training.train_gpt returned")
+    check_lengths(f"histories[{name!r}]", h, ("step", "loss"), ("eval_step", "val_loss"))
     return h
 
 
@@ -61,6 +75,8 @@ def recipe_curves(
         )
     if isinstance(smooth, bool) or not isinstance(smooth, int) or smooth < 1:
         raise ValueError(f"smooth must be an int >= 1 (steps in the running mean), got {smooth!r}")
+    if target is not None:
+        check_number("target", target)
     runs = {name: _history(name, h) for name, h in histories.items()}
     train, val = {}, {}
     for name, h in runs.items():
@@ -110,6 +126,10 @@ def sampling_filters(
     for name, p in values.items():
         if p.ndim != 1 or len(p) != len(labels):
             raise ValueError(f"rows[{name!r}] must have one probability per label ({len(labels)}), got {p.shape}")
+        what = "probabilities over the vocabulary (softmax of the logits)"
+        probabilities(f"rows[{name!r}]", p, what)
+        if abs(p.sum() - 1.0) > 1e-2:  # a filtered row still sums to 1: its removed tokens have probability 0
+            raise ValueError(f"rows[{name!r}] must hold {what}, summing to 1, got a sum of {p.sum():.4g}")
     vocab = len(labels)
     if show is None:
         shown = np.arange(vocab)
@@ -144,12 +164,10 @@ def attention_by_distance(weights: object, max_distance: int = 16, title: str = 
         weights: (L, H, T, T) causal attention weights of one sequence (a list of (H, T, T) works too).
         max_distance: the largest distance shown; T must exceed it.
     """
-    if isinstance(weights, (list, tuple)):
-        values = np.stack([to_numpy(w, "weights") for w in weights])
-    else:
-        values = to_numpy(weights, "weights")
+    values = stack_layers("weights", weights, "(H, T, T)")
     if values.ndim != 4 or values.shape[-1] != values.shape[-2]:
         raise ValueError(f"weights must be (layers, heads, T, T), got shape {values.shape}")
+    probabilities("weights", finite_values("weights", values, NAN_WEIGHTS), WEIGHTS)
     n_layers, n_heads, t, _ = values.shape
     if isinstance(max_distance, bool) or not isinstance(max_distance, int) or not 1 <= max_distance < t:
         raise ValueError(f"max_distance must be an int in [1, T={t}), got {max_distance!r}")
@@ -186,6 +204,9 @@ def sample_rates(rates: Mapping[str, Mapping[str, float]], title: str = "") -> F
     for model, row in rates.items():
         if not isinstance(row, Mapping) or list(row) != names:
             raise ValueError(f"rates[{model!r}] must have the rates {names}, got {row!r}")
+        for name, value in row.items():
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= value <= 1.0:
+                raise ValueError(f"rates[{model!r}][{name!r}] must be a share in [0, 1] (0.45, not 45), got {value!r}")
     fig, axes = new_figure(size=(1.6 * len(rates) * len(names) + 2.0, 3.2))
     ax = axes[0, 0]
     width = 0.8 / len(names)

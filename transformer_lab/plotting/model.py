@@ -7,8 +7,9 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from matplotlib.figure import Figure
 
-from transformer_lab.plotting.attention import attention_heatmap
-from transformer_lab.plotting.style import course_style, curves, new_figure, to_numpy
+from transformer_lab._checks import check_int
+from transformer_lab.plotting.attention import attention_heatmap, attention_values
+from transformer_lab.plotting.style import check_lengths, course_style, curves, new_figure, to_numpy
 
 __all__ = ["noam_schedule_plot", "label_smoothing_plot", "training_curves", "cross_attention_maps"]
 
@@ -60,6 +61,10 @@ def label_smoothing_plot(
     if isinstance(labels, str) or not isinstance(labels, Sequence):
         raise TypeError(f"labels must be a list of strings, one per vocabulary entry, got {type(labels).__name__}")
     v = len(labels)
+    if v < 3:
+        raise ValueError(f"labels must name at least 3 tokens (PAD, the true token and one other), got {v}")
+    check_int("target", target)
+    check_int("pad_id", pad_id, 0, v)
     if not 0 <= target < v or target == pad_id:
         raise ValueError(f"target must be a non-PAD id in [0, {v}), got {target}")
     one_hot = np.zeros(v)
@@ -123,6 +128,7 @@ def training_curves(histories: object | Mapping[str, object], title: str = "") -
         missing = [key for key in needed if key not in h]
         if missing:
             raise ValueError(f"histories: run {name!r} lacks {missing}; pass what tl.training.train returned")
+        check_lengths(f"histories: run {name!r}", h, ("step", "loss", "lr"), ("eval_step", "val_exact_match"))
         runs[name] = h
     fig, axes = new_figure(1, 3, size=(12.0, 3.4))
     curves(
@@ -153,16 +159,27 @@ def cross_attention_maps(
             rows are the decoder's positions (queries), columns the source characters (keys).
         n_cols: panels per row.
     """
+    if not isinstance(maps, (list, tuple)):  # a generator would be used up by the checks below
+        raise TypeError(f"maps must be a list of (weights, source_labels, output_labels, title), got {maps!r}")
     if not maps:
         raise ValueError("maps must hold at least one (weights, source_labels, output_labels, title)")
     if isinstance(n_cols, bool) or not isinstance(n_cols, int) or n_cols < 1:
         raise ValueError(f"n_cols must be a positive int, got {n_cols!r}")
+    shapes = []
     for i, m in enumerate(maps):
         if not isinstance(m, (tuple, list)) or len(m) != 4:
             raise TypeError(f"maps[{i}] must be a tuple (weights, source_labels, output_labels, title)")
+        t, s = attention_values(f"maps[{i}] weights", m[0], "one (T, S) map per panel").shape
+        for labels, n, what in ((m[1], s, "source_labels (one per key)"), (m[2], t, "output_labels (one per query)")):
+            if labels is not None and (isinstance(labels, str) or not hasattr(labels, "__len__") or len(labels) != n):
+                shown = len(labels) if hasattr(labels, "__len__") and not isinstance(labels, str) else repr(labels)
+                raise ValueError(
+                    f"maps[{i}]: its weights are (T, S) = {(t, s)}, so {what} must be {n} labels, got {shown}"
+                )
+        shapes.append((t, s))
     n_rows = -(-len(maps) // n_cols)
-    widest = max(to_numpy(m[0], "maps weights").shape[1] for m in maps)
-    tallest = max(to_numpy(m[0], "maps weights").shape[0] for m in maps)
+    widest = max(s for _, s in shapes)
+    tallest = max(t for t, _ in shapes)
     fig, axes = new_figure(n_rows, n_cols, size=(n_cols * (0.3 * widest + 2.4), n_rows * (0.3 * tallest + 1.9)))
     for ax, (weights, src_labels, out_labels, name) in zip(axes.flat, maps, strict=False):
         attention_heatmap(weights, src_labels, out_labels, title=name, ax=ax, annotate=False)

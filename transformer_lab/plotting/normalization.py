@@ -6,6 +6,8 @@ Shape legend: B batch, T sequence length, D features (d_model).
 
 from __future__ import annotations
 
+import math
+import numbers
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -16,6 +18,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 from matplotlib.ticker import ScalarFormatter
 
+from transformer_lab._checks import check_int, check_number
 from transformer_lab.normalization import batch_norm_statistics, layer_norm_statistics
 from transformer_lab.plotting.style import (
     CMAP_SIGNED,
@@ -23,6 +26,7 @@ from transformer_lab.plotting.style import (
     check_mapping,
     course_style,
     curves,
+    finite_values,
     heatmap,
     new_figure,
     to_numpy,
@@ -50,8 +54,8 @@ _OVER_REAL = "the real tokens only, padding masked out (tl.BatchNorm(D)(x, mask)
 _OVER_ALL = "every position, padding included (nn.BatchNorm1d)"
 
 
-def _lengths_or_full(lengths: Sequence[int] | None, batch: int, length: int) -> list[int]:
-    for name, value in (("batch", batch), ("length", length)):
+def _lengths_or_full(lengths: Sequence[int] | None, batch: int, length: int, features: int) -> list[int]:
+    for name, value in (("batch", batch), ("length", length), ("features", features)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
     if lengths is None:
@@ -72,7 +76,7 @@ def normalization_axes_cube(
         batch, length, features: B, T and D of the drawn block (keep them small).
         lengths: the real length of each sequence (the rest is padding), or None for no padding.
     """
-    lengths = _lengths_or_full(lengths, batch, length)
+    lengths = _lengths_or_full(lengths, batch, length, features)
     real = np.zeros((batch, length, features), dtype=bool)  # (B, T, D)
     for b, n in enumerate(lengths):
         real[b, :n] = True
@@ -118,7 +122,7 @@ def normalization_axes_unfolded(
     BatchNorm statistic (one feature, every real token of every sequence); bottom row, the cells of
     one LayerNorm statistic (one token, every feature). Padded cells are grey and hatched (chapter 04).
     """
-    lengths = _lengths_or_full(lengths, batch, length)
+    lengths = _lengths_or_full(lengths, batch, length, features)
     feature, token = features // 2, (0, 1)
     fig, axes = new_figure(2, batch, size=(2.3 * batch + 0.6, 5.6))
     with course_style():
@@ -228,12 +232,26 @@ def statistics_sensitivity(
         by_batch_size: {name: (batch sizes, change)}, drawn with a log2 x axis.
         by_padding: {name: (padding fractions or lengths, change)}.
     """
+    check_mapping("by_batch_size", by_batch_size)
+    check_mapping("by_padding", by_padding)
     fig, axes = new_figure(1, 2, size=(11.0, 3.8))
-    curves(axes[0, 0], by_batch_size, title="statistics vs batch size", x_title="batch size", y_title=y_title)
+    curves(
+        axes[0, 0],
+        by_batch_size,
+        title="statistics vs batch size",
+        x_title="batch size",
+        y_title=y_title,
+        argument="by_batch_size",
+    )
     axes[0, 0].set_xscale("log", base=2)
     axes[0, 0].xaxis.set_major_formatter(ScalarFormatter())
     curves(
-        axes[0, 1], by_padding, title="statistics vs padding", x_title="fraction of padded positions", y_title=y_title
+        axes[0, 1],
+        by_padding,
+        title="statistics vs padding",
+        x_title="fraction of padded positions",
+        y_title=y_title,
+        argument="by_padding",
     )
     for ax in axes[0]:
         for line in ax.get_lines():
@@ -249,10 +267,30 @@ def layer_norm_error_vs_width(d_models: Sequence[int], errors: Mapping[str, Sequ
         d_models: the widths measured.
         errors: {name of the implementation: max |difference| at each width}; zeros are drawn at 1e-17.
     """
+    widths = finite_values("d_models", to_numpy(d_models, "d_models"))
+    if widths.ndim != 1 or widths.size == 0 or (widths <= 0).any():
+        raise ValueError(f"d_models must be a non-empty list of positive widths, got {widths.tolist()}")
+    check_mapping("errors", errors)
+    series = {}
+    for name, values in errors.items():
+        array = to_numpy(values, f"errors[{name!r}]")
+        if array.shape != widths.shape:
+            raise ValueError(
+                f"errors[{name!r}] must hold one difference per width in d_models ({widths.size}), got shape "
+                f"{array.shape}"
+            )
+        series[name] = (widths.tolist(), np.maximum(array, 1e-17))  # 0 (exact) drawn at 1e-17 on the log scale
     fig, axes = new_figure(size=(6.0, 3.8))
     ax = axes[0, 0]
-    series = {name: (list(d_models), np.maximum(to_numpy(values), 1e-17)) for name, values in errors.items()}
-    curves(ax, series, title="difference from nn.LayerNorm", x_title="d_model", y_title="max |difference|", log_y=True)
+    curves(
+        ax,
+        series,
+        title="difference from nn.LayerNorm",
+        x_title="d_model",
+        y_title="max |difference|",
+        log_y=True,
+        argument="errors",
+    )
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_formatter(ScalarFormatter())
     for line in ax.get_lines():
@@ -273,8 +311,13 @@ def activation_functions(names: Sequence[str] = ("relu", "gelu"), x_range: tuple
     unknown = [n for n in names if n not in known]
     if unknown:
         raise ValueError(f"names must be among {sorted(known)}, got {unknown}")
-    if len(x_range) != 2 or not x_range[0] < x_range[1]:
-        raise ValueError(f"x_range must be (low, high) with low < high, got {x_range!r}")
+    if (
+        not isinstance(x_range, (tuple, list))
+        or len(x_range) != 2
+        or not all(isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v) for v in x_range)
+        or not x_range[0] < x_range[1]
+    ):
+        raise ValueError(f"x_range must be two finite numbers (low, high) with low < high, got {x_range!r}")
     xs = torch.linspace(x_range[0], x_range[1], 401, dtype=torch.float64)
     fig, axes = new_figure(size=(5.6, 3.8))
     ax = axes[0, 0]
@@ -294,9 +337,16 @@ def gradient_norms_per_layer(
         series: {name: one norm per layer}.
     """
     check_mapping("series", series)
+    if not series:
+        raise ValueError("series must hold at least one named list of gradient norms")
+    data = {}
+    for name, v in series.items():
+        norms = to_numpy(v, f"series[{name!r}]")
+        if (norms < 0).any():
+            raise ValueError(f"series[{name!r}] must hold gradient norms (>= 0), got {norms.min():.4g}")
+        data[name] = (list(range(1, len(norms) + 1)), np.maximum(norms, 1e-30))  # 0 drawn at 1e-30 on the log scale
     if ax is None:
         ax = new_figure(size=(6.4, 3.8))[1][0, 0]
-    data = {name: (list(range(1, len(v) + 1)), np.maximum(to_numpy(v), 1e-30)) for name, v in series.items()}
     curves(ax, data, title=title, x_title="layer (1 = nearest the input)", y_title="||gradient||", log_y=True)
     for line in ax.get_lines():
         line.set_marker("o")
@@ -369,8 +419,13 @@ def norm_placement_training(
             (the raw curve faint behind it).
         grad_norms: {run name: one gradient norm per layer}.
     """
-    if smooth < 1:
-        raise ValueError(f"smooth must be >= 1, got {smooth}")
+    if isinstance(smooth, bool) or not isinstance(smooth, int) or smooth < 1:
+        raise ValueError(f"smooth must be an int >= 1, got {smooth!r}")
+    check_mapping("losses", losses)
+    for name, values in losses.items():
+        v = to_numpy(values, f"losses[{name!r}]")
+        if v.ndim != 1 or v.size == 0:
+            raise ValueError(f"losses[{name!r}] must be one loss per step (a non-empty list), got shape {v.shape}")
     fig, axes = new_figure(1, 2, size=(11.5, 4.0))
     ax = axes[0, 0]
     smoothed = {}
@@ -410,6 +465,10 @@ def norm_placement_seeds(
         raise ValueError(f"smooth must be an int >= 1, got {smooth!r}")
     if not isinstance(losses, Mapping) or not losses:
         raise TypeError(f"losses must be a non-empty dict {{arm name: [one loss curve per seed]}}, got {losses!r}")
+    if chance is not None:
+        check_number("chance", chance)
+    if warmup_steps is not None:
+        check_int("warmup_steps", warmup_steps, 0)
     curves_of = {}
     for name, runs in losses.items():
         array = to_numpy(runs, f"losses[{name!r}]")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import numbers
 import pathlib
 from collections.abc import Iterator, Mapping, Sequence
 
@@ -12,6 +13,8 @@ import numpy as np
 from matplotlib import font_manager
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+
+from transformer_lab._checks import check_positive_int
 
 __all__ = ["STYLE", "course_style", "new_figure", "heatmap", "curves", "to_numpy"]
 
@@ -64,6 +67,8 @@ def course_style() -> Iterator[None]:
 
 def new_figure(n_rows: int = 1, n_cols: int = 1, size: tuple[float, float] | None = None) -> tuple[Figure, np.ndarray]:
     """A figure with a grid of axes (always returned as a 2-D array), in the course's style."""
+    check_positive_int("n_rows", n_rows)
+    check_positive_int("n_cols", n_cols)
     with course_style():
         fig, axes = plt.subplots(
             n_rows, n_cols, figsize=size or (4.0 * n_cols, 3.4 * n_rows), squeeze=False, layout="constrained"
@@ -90,6 +95,42 @@ def to_numpy(values: object, name: str = "values") -> np.ndarray:
         raise TypeError(
             f"{name} must be a tensor, a numpy array or a (rectangular) list of numbers, got {str(values)[:60]}"
         ) from None
+
+
+def finite_values(name: str, values: np.ndarray, what: str = "") -> np.ndarray:
+    """`values` unchanged, or a ValueError naming `name` and where its first NaN or infinity is.
+
+    A NaN is drawn as a blank cell, bar or gap without a word, so a picture of NaN looks like a picture
+    of something. `what` adds a sentence on where such values usually come from.
+    """
+    bad = ~np.isfinite(values)
+    if bad.any():
+        where = tuple(int(i) for i in np.argwhere(bad)[0])
+        value = values[where] if where else values.item()
+        raise ValueError(
+            f"{name} holds {int(bad.sum())} value(s) that are not finite numbers, e.g. {value} at index {where}"
+            + (f"; {what}" if what else "")
+        )
+    return values
+
+
+def probabilities(name: str, values: np.ndarray, what: str) -> np.ndarray:
+    """`values` unchanged if they are finite numbers in [0, 1] (up to rounding), else a ValueError naming `name`."""
+    finite_values(name, values, what)
+    if values.size and (values.min() < -1e-3 or values.max() > 1 + 1e-3):
+        raise ValueError(f"{name} must hold {what} in [0, 1], got values from {values.min():.4g} to {values.max():.4g}")
+    return values
+
+
+def check_lengths(name: str, record: Mapping[str, object], *groups: tuple[str, ...]) -> None:
+    """Raise ValueError unless the lists of each group of keys of `record` (a training history) have one length:
+    a step without its loss would draw a curve shifted against its axis."""
+    for keys in groups:
+        lengths = {key: len(to_numpy(record[key], f"{name}[{key!r}]").ravel()) for key in keys}
+        if len(set(lengths.values())) > 1:
+            raise ValueError(
+                f"{name}: the series {', '.join(keys)} must have one length (one entry per step), got {lengths}"
+            )
 
 
 def check_mapping(name: str, value: object) -> None:
@@ -129,6 +170,11 @@ def heatmap(
     values = to_numpy(matrix)
     if values.ndim != 2:
         raise ValueError(f"matrix must be 2-D, got shape {values.shape}")
+    for name, value in (("vmin", vmin), ("vmax", vmax)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real)):
+            raise TypeError(f"{name} must be a number (an end of the colour scale) or None, got {value!r}")
+    if vmin is not None and vmax is not None and vmin > vmax:
+        raise ValueError(f"vmin ({vmin}) must not exceed vmax ({vmax}): they are the ends of the colour scale")
     with course_style():
         image = ax.imshow(values, cmap=cmap, vmin=vmin, vmax=vmax, aspect=aspect, interpolation="nearest")
         for labels, n, set_ticks, set_labels, rotation in (
@@ -165,22 +211,27 @@ def curves(
     x_title: str = "step",
     y_title: str = "",
     log_y: bool = False,
+    *,
+    argument: str = "series",
 ) -> None:
-    """Draw named curves on one axes: {name: ys} or {name: (xs, ys)}, with a legend."""
+    """Draw named curves on one axes: {name: ys} or {name: (xs, ys)}, with a legend.
+
+    `argument` is what the caller calls `series`, used in error messages (e.g. "by_batch_size").
+    """
     if not isinstance(series, Mapping):
-        raise TypeError(f"series must be a dict {{name: ys}} or {{name: (xs, ys)}}, got {type(series).__name__}")
+        raise TypeError(f"{argument} must be a dict {{name: ys}} or {{name: (xs, ys)}}, got {type(series).__name__}")
     with course_style():
         for name, values in series.items():
             if isinstance(values, tuple) and len(values) == 2:
                 xs, ys = values
             else:
                 ys = values
-                xs = range(len(to_numpy(ys, f"series[{name!r}]")))
-            ys = to_numpy(ys, f"series[{name!r}]")
-            xs = to_numpy(xs, f"series[{name!r}] steps")
+                xs = range(len(to_numpy(ys, f"{argument}[{name!r}]")))
+            ys = to_numpy(ys, f"{argument}[{name!r}]")
+            xs = to_numpy(xs, f"{argument}[{name!r}] steps")
             if ys.ndim != 1 or xs.shape != ys.shape:
                 raise ValueError(
-                    f"series[{name!r}] must be one curve: xs and ys of one equal length, got shapes {xs.shape} "
+                    f"{argument}[{name!r}] must be one curve: xs and ys of one equal length, got shapes {xs.shape} "
                     f"and {ys.shape}"
                 )
             ax.plot(list(xs), ys, label=name)

@@ -46,8 +46,11 @@ def word_vectors(tokens: Sequence[str], d_model: int = 16) -> Tensor:
     Shape:
         returns (len(tokens), d_model) float32.
     """
-    if isinstance(tokens, str) or not all(isinstance(t, str) for t in tokens):
-        raise TypeError("tokens must be a sequence of strings, e.g. 'the cat sat'.split()")
+    if isinstance(tokens, str) or not isinstance(tokens, Sequence) or not all(isinstance(t, str) for t in tokens):
+        # a generator would be used up by this check and then give no vectors at all
+        raise TypeError(
+            f"tokens must be a sequence of strings, e.g. 'the cat sat'.split(), got {type(tokens).__name__}"
+        )
     if isinstance(d_model, bool) or not isinstance(d_model, int) or d_model <= 0:
         raise ValueError(f"d_model must be a positive int, got {d_model!r}")
     rows = []
@@ -249,8 +252,13 @@ def mask_explorer(
     Returns:
         a `MaskExplorer` (an ipywidgets.VBox); display it in a notebook cell.
     """
-    if isinstance(sentences, str) or not sentences or not all(isinstance(s, str) for s in sentences):
-        raise TypeError("sentences must be a non-empty sequence of strings")
+    if (
+        isinstance(sentences, str)
+        or not isinstance(sentences, Sequence)  # a generator would be used up by the checks below
+        or not sentences
+        or not all(isinstance(s, str) for s in sentences)
+    ):
+        raise TypeError(f"sentences must be a non-empty sequence of strings (a list), got {type(sentences).__name__}")
     if any(not s.split() for s in sentences):
         raise ValueError("every sentence must contain at least one word")
     if isinstance(d_model, bool) or not isinstance(d_model, int) or d_model <= 0:

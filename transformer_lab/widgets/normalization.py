@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt
 import torch
 from torch import Tensor
 
-from transformer_lab._checks import check_float, check_tensor
+from transformer_lab._checks import check_float, check_has_values, check_tensor
 from transformer_lab.normalization import batch_norm_statistics, layer_norm_statistics
 from transformer_lab.plotting.style import course_style, new_figure, to_numpy
 
@@ -148,6 +148,10 @@ def batch_norm_explorer(x: Tensor, mask: Tensor, features: int = 16) -> BatchNor
     check_tensor("mask", mask, dim=2)
     if mask.dtype != torch.bool or tuple(mask.shape) != tuple(x.shape[:2]):
         raise ValueError(f"mask must be a bool tensor of shape (B, T) = {tuple(x.shape[:2])}")
+    check_has_values("x", x)
+    check_has_values("mask", mask)
+    if mask.device != x.device:
+        raise ValueError(f"mask is on {mask.device} but x is on {x.device}; move it with mask.to(x.device)")
     if isinstance(features, bool) or not isinstance(features, int) or features < 1:
         raise ValueError(f"features must be a positive int (how many features to draw), got {features!r}")
     if x.shape[0] < 2:
