@@ -5,9 +5,12 @@
 - every text of every exercise has its Chinese in the catalogue, and no entry is unused;
 - the committed Chinese notebooks are a fresh generation (tools/translate.py);
 - each Chinese notebook differs from its English twin only in the markdown, the setup cell's language line,
-  and the printed output of exercise calls, which is what those calls print in Chinese;
-- the translations keep the English's code spans, formulas and links, use the glossary's terms, and use a
-  rejected variant (真值 for value...) only inside quotes of the notes.
+  the docstrings and comments of code cells (the code itself is byte for byte the English's), and the printed
+  output of exercise calls, which is what those calls print in Chinese;
+- every exercise's specification (its docstring) and help cell is translated;
+- the translations keep the English's code spans, formulas (only the words inside \\text{} may be Chinese) and
+  links, use the glossary's terms, use a rejected variant (真值 for value...) only inside quotes of the notes,
+  and cite as d2l-zh does ("Xiong 等人").
 """
 
 from __future__ import annotations
@@ -87,6 +90,34 @@ def test_a_stale_translation_is_caught_and_update_keeps_the_old_pair(tmp_path, m
     assert any("not translated yet" in p for p in translate.problems(source))
 
 
+def test_a_changed_docstring_is_caught_and_update_keeps_its_old_translation(tmp_path, monkeypatch):
+    """Change an exercise's docstring: the check names it; --update keeps the old pair beside the new English."""
+    chapter = CHAPTERS[1]
+    notebook = _load(chapter)
+    index, cell = next(
+        (i, c) for i, c in enumerate(notebook["cells"]) if c["metadata"].get("nbgrader", {}).get("solution")
+    )
+    words = next(w for w in translate.code_words(editions.source_text(cell)) if w.docstring)
+    source_text = editions.source_text(cell)
+    changed = source_text[: words.end] + " Exactly." + source_text[words.end :]
+    notebook["cells"][index]["source"] = editions.as_lines(changed)
+    source = tmp_path / chapter.name
+    source.write_text(json.dumps(notebook), encoding="utf-8")
+    folder = tmp_path / "translations"
+    folder.mkdir()
+    (folder / (chapter.stem + ".json")).write_text(translate.translation_path(chapter).read_text("utf-8"), "utf-8")
+    monkeypatch.setattr(translate, "TRANSLATIONS", folder)
+    monkeypatch.setattr(translate, "ROOT", tmp_path)
+    problems = translate.problems(source)
+    assert any(f"cell {index}: the docstring" in p and "has no entry" in p for p in problems), problems
+    assert any("no longer in the chapter's code" in p for p in problems), problems
+    before = {e["en"]: e["zh"] for e in translate.load_translation(source)["code"]}
+    translate.update_translation(source)
+    entry = next(e for e in translate.load_translation(source)["code"] if e["en"] == words.text + " Exactly.")
+    assert entry["zh"] == "" and entry["old_en"] == words.text and entry["old_zh"] == before[words.text]
+    assert any("is not translated yet" in p for p in translate.problems(source))
+
+
 # ------------------------------------------------------------------ different only where allowed
 
 
@@ -125,7 +156,10 @@ def test_chinese_differs_from_english_only_where_allowed(name, english_path, chi
             assert re.search(r"[\u4e00-\u9fff]", editions.source_text(zh)), f"{where}: no Chinese in a markdown cell"
             continue
         en_source, zh_source = editions.source_text(en), editions.source_text(zh)
-        en_lines, zh_lines = en_source.splitlines(), zh_source.splitlines()
+        assert len(en_source.splitlines()) == len(zh_source.splitlines()), f"{where}: not line for line"
+        # the code without its docstrings' and comments' words: byte for byte the English's
+        en_lines = translate.code_skeleton(en_source).splitlines()
+        zh_lines = translate.code_skeleton(zh_source).splitlines()
         assert len(en_lines) == len(zh_lines), f"{where}: the code differs"
         for a, b in zip(en_lines, zh_lines, strict=True):
             if a != b:
@@ -148,6 +182,77 @@ def test_chinese_differs_from_english_only_where_allowed(name, english_path, chi
     zh_meta = {k: v for k, v in chinese["metadata"].items() if k != "transformer_lab"}
     assert en_meta == zh_meta
     assert chinese["metadata"]["transformer_lab"]["language"] == "zh"
+
+
+SAME_IN_CHINESE = {"inf", "log", "exp", "sqrt"}  # the words of a formula such as e^(-inf) = 0
+
+
+def test_every_exercise_specification_and_help_cell_is_in_chinese():
+    """The learner's specification (the stub's docstring) and the help cell's instruction, in both editions."""
+    missing = []
+    for folder in (translate.OUT_SOURCE, translate.OUT_LEARNER):
+        for path in sorted(folder.glob("*.ipynb")):
+            for index, cell in enumerate(_load(path)["cells"]):
+                if cell["cell_type"] != "code" or not cell["metadata"].get("nbgrader"):
+                    continue
+                grade_id = cell["metadata"]["nbgrader"].get("grade_id", "")
+                words = [w for w in translate.code_words(editions.source_text(cell)) if w.text != "YOUR CODE HERE"]
+                if (cell["metadata"]["nbgrader"].get("solution") or grade_id.endswith("_help")) and not words:
+                    missing.append(f"{path.relative_to(ROOT)}, cell {index}: no docstring or instruction")
+                for w in words:
+                    english = set(re.findall(r"[A-Za-z]{3,}", w.text)) - SAME_IN_CHINESE
+                    if english and not re.search(r"[\u4e00-\u9fff]", w.text):
+                        missing.append(f"{path.relative_to(ROOT)}, cell {index}: {w.text[:60]!r} is English")
+    assert not missing, "\n".join(missing)
+
+
+def test_code_words_are_the_prose_of_docstrings_and_comments_and_nothing_else():
+    source = (
+        "def f(x):\n"
+        '    """One line.\n'
+        "\n"
+        "    Shape: x (B, T) -> (B,).\n"
+        '    """\n'
+        "    ### BEGIN SOLUTION\n"
+        "    y = x.sum(-1)  # (B,)\n"
+        "    return y  # the sum of a row\n"
+        "    ### END SOLUTION\n"
+        "# Stuck? Uncomment one line.\n"
+        "# exercises.f.hint(2)\n"
+        "# exercises.f.solution()  # a working answer\n"
+        'note = """not a docstring"""  # noqa: E501\n'
+    )
+    words = translate.code_words(source)
+    assert [(w.text, w.docstring) for w in words] == [
+        ("One line.\n\nShape: x (B, T) -> (B,).", True),
+        ("the sum of a row", False),
+        ("Stuck? Uncomment one line.", False),
+        ("a working answer", False),
+    ]
+    chinese = {
+        "One line.\n\nShape: x (B, T) -> (B,).": "一行。\n\n形状：x (B, T) -> (B,)。",
+        "the sum of a row": "一行之和",
+        "a working answer": "一个可用的答案",
+    }
+    translated = translate.translate_code(source, chinese, "test")
+    assert '    """一行。\n\n    形状：x (B, T) -> (B,)。\n    """\n' in translated
+    assert "# exercises.f.solution()  # 一个可用的答案\n" in translated
+    assert "# Stuck? Uncomment one line.\n" in translated  # no entry: stays English
+    assert translate.code_skeleton(translated) == translate.code_skeleton(source)
+    assert translate.translate_code(source, {}, "test") == source
+    with pytest.raises(ValueError, match="keep the English's lines"):
+        translate.translate_code(source, {"One line.\n\nShape: x (B, T) -> (B,).": "一行。"}, "test")
+    with pytest.raises(ValueError, match="one line"):
+        translate.translate_code(source, {"the sum of a row": "一行\n之和"}, "test")
+
+
+def test_a_formula_may_say_its_text_words_in_chinese_and_nothing_else():
+    english = r"$$q_c = \begin{cases} 0 & c = \text{PAD} \\ \varepsilon & \text{otherwise}\end{cases}$$"
+    pattern = translate.formula_pattern(english)
+    assert pattern.search(english)
+    assert pattern.search(english.replace(r"\text{otherwise}", r"\text{其他}"))
+    assert not pattern.search(english.replace(r"\varepsilon", r"\epsilon"))  # a symbol changed
+    assert not pattern.search(english.replace(r"\text{otherwise}", "其他"))  # words outside \text{}
 
 
 # ------------------------------------------------------------------ faithful structure
@@ -184,9 +289,12 @@ def test_translations_keep_code_math_and_links(chapter):
         if not zh.strip():
             continue
         zh_flat = _flat(zh)
-        for span in set(CODE_SPAN.findall(FENCE.sub("", en))) | set(MATH.findall(en)):
+        for span in set(CODE_SPAN.findall(FENCE.sub("", en))) - set(MATH.findall(en)):
             if _flat(span) not in zh_flat:
                 problems.append(f"cell {entry['cell']}: {span[:70]!r} is not in the translation")
+        for formula in set(MATH.findall(en)):
+            if not translate.formula_pattern(_flat(formula)).search(zh_flat):
+                problems.append(f"cell {entry['cell']}: the formula {formula[:70]!r} is not in the translation")
         for target in set(LINK.findall(en)):
             if target not in zh and _shifted(target) not in zh and not target.endswith("README.md"):
                 problems.append(f"cell {entry['cell']}: the link {target!r} is missing (or not shifted by ../)")
@@ -217,8 +325,8 @@ def glossary() -> list[dict[str, str]]:
     rows = []
     for line in GLOSSARY.read_text(encoding="utf-8").splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if line.startswith("|") and len(cells) == 4 and cells[0] not in ("English", "---"):
-            rows.append({"en": cells[0], "zh": cells[1], "definition": cells[2], "rejected": cells[3]})
+        if line.startswith("|") and len(cells) == 5 and cells[0] not in ("English", "---"):
+            rows.append({"en": cells[0], "zh": cells[1], "definition": cells[2], "rejected": cells[3], "d2l": cells[4]})
     return rows
 
 
@@ -254,6 +362,21 @@ def test_glossary_is_complete_and_starts_from_the_plans_terms():
     assert "真值" in next(row["rejected"] for row in rows if row["en"] == "value")
 
 
+def test_glossary_decides_the_terms_the_readers_asked_for_and_maps_d2l_zh():
+    rows = {row["en"]: row for row in glossary()}
+    for en, zh, rejected in [
+        ("score", "分数", "得分"),
+        ("stride", "步幅", ""),
+        ("masked", "掩蔽", "屏蔽"),
+        ("memory (of the encoder)", "记忆", "存储器"),
+    ]:
+        assert rows[en]["zh"] == zh, en
+        assert rejected in rows[en]["rejected"], en
+    assert rows["layer normalization"]["d2l"] == "层规范化"  # d2l-zh's word where it differs
+    assert rows["query"]["d2l"] == ""  # the same as ours: empty
+    assert all(row["d2l"] != row["zh"] for row in rows.values())
+
+
 def _prose(english: str) -> str:
     """English prose without code, math, link targets and HTML."""
     text = FENCE.sub(" ", english)
@@ -269,26 +392,45 @@ def _term_pattern(term: str) -> re.Pattern[str]:
     return re.compile(r"\b" + r"[\s-]".join(words) + r"(?:s|es)?\b", re.I)
 
 
+def _rejected_words(zh: str, rows: list[dict[str, str]]) -> list[str]:
+    """The glossary's rejected words that `zh` uses outside a quote of the notes or a code span."""
+    unquoted = re.sub(r"“[^”]*”|「[^」]*」|`[^`]*`", " ", zh)
+    found = []
+    for row in rows:
+        for word in filter(None, (w.strip() for w in row["rejected"].split(","))):
+            if re.search(re.escape(word) + ("(?!对)" if word == "键值" else ""), unquoted):
+                found.append(f"{word} (not used: {row['zh']}) outside a quote of the notes")
+    return found
+
+
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
 def test_translations_use_the_glossary(chapter):
     rows = sorted(glossary(), key=lambda r: -len(r["en"]))  # longest first: "batch normalization" before "batch"
+    checked = [row for row in rows if "(" not in row["en"]]  # "memory (of the encoder)": the word has other senses
     problems = []
+    for entry in translate.load_translation(chapter)["code"]:
+        problems += [f"code {entry['en'][:40]!r}: {p}" for p in _rejected_words(entry.get("zh", ""), rows)]
     for entry in _entries(chapter):
         zh = entry.get("zh", "")
         if not zh.strip():
             continue
         prose = _prose(entry["en"])
-        for row in rows:
+        for row in checked:
             pattern = _term_pattern(row["en"])
             if pattern.search(prose):
                 if row["zh"] not in zh:
                     problems.append(f"cell {entry['cell']}: '{row['en']}' should be {row['zh']}")
                 prose = pattern.sub(" ", prose)
-        unquoted = re.sub(r"“[^”]*”|「[^」]*」|`[^`]*`", " ", zh)
-        for row in rows:
-            for word in filter(None, (w.strip() for w in row["rejected"].split(","))):
-                if re.search(re.escape(word) + ("(?!对)" if word == "键值" else ""), unquoted):
-                    problems.append(
-                        f"cell {entry['cell']}: {word} (not used: {row['zh']}) outside a quote of the notes"
-                    )
+        problems += [f"cell {entry['cell']}: {p}" for p in _rejected_words(zh, rows)]
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda p: p.stem)
+def test_citations_are_written_as_d2l_zh_writes_them(chapter):
+    """Citations as d2l-zh writes them: "Xiong 等人（2020）", never "Xiong et al." or "Xiong 等" (glossary.md)."""
+    problems = []
+    for entry in _entries(chapter):
+        prose = re.sub(r"“[^”]*”|`[^`]*`", " ", entry.get("zh", ""))  # quotes of the notes, code
+        for match in re.finditer(r"[A-Z][\w-]+ (?:et al\.?|等(?!人))", prose):
+            problems.append(f"cell {entry['cell']}: {match.group(0)!r}: write “{match.group(0).split()[0]} 等人”")
     assert not problems, "\n".join(problems)

@@ -16,6 +16,13 @@ What a translator edits, and nothing else:
   Two spans of the English are written by tools/chapter_times.py and change whenever a chapter is re-run:
   the title cell's `**Time:**` line and the "NN min" cells of chapter 00's map. In the translation files
   they stand as `{{time}}` and `{{min}}`; this tool writes their Chinese from the English numbers.
+  The same file's `code` list translates the words inside code cells: `{"cell": first cell, "en": a docstring's
+  text (without its indentation) or a comment's words, "zh": ...}`. Every docstring of a function or class, and
+  every comment of an exercise's cells (its specification, check and help cells), must have one; any other
+  comment is translated where an entry exists. A comment that is valid Python (commented-out code such as
+  `# exercises.x.hint(2)`, a shape such as `# (B, T, D)`) is code and stays, except for its own trailing
+  comment. A docstring's translation keeps the English's number of lines, a comment's stays on one line, so
+  the code and its line numbers are the English's, byte for byte.
 - `transformer_lab/locale/zh/chNN_name.json`, one per exercise module: the texts of the chapter's
   exercises (case names, hints, the "why" of a right answer, what is said about a known wrong
   prediction), `{English text: Chinese text}` (see transformer_lab/i18n.py).
@@ -25,6 +32,8 @@ What a translator edits, and nothing else:
 How a Chinese notebook is made from its English source (`notebooks/solutions/NN_name.ipynb`):
 
 - every markdown cell becomes its translation;
+- the docstrings and comments of code cells become their translations (the `code` entries), the code itself
+  staying byte for byte the English's (tests/test_translation.py compares `code_skeleton` of both);
 - the setup cell's line `tl.set_language("en")  # ...` becomes `tl.set_language("zh")  # ...`;
 - the printed output of a cell that calls an exercise's `check()`, `hint()` or `solution()` becomes what
   those calls print in Chinese. It is recomputed from the exercise (a passing or a blank check, hint k, the
@@ -40,12 +49,18 @@ tests/test_translation.py, shows what a run would).
 from __future__ import annotations
 
 import argparse
+import ast
 import copy
+import dataclasses
+import difflib
 import importlib
+import io
 import json
 import pathlib
 import re
 import sys
+import tokenize
+import warnings
 from typing import Any
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
@@ -112,6 +127,173 @@ def unmask(chinese: str, spans: list[tuple[str, re.Match[str]]], where: str) -> 
     return re.sub(r"\{\{time\}\}|\{\{min\}\}", lambda _: next(pieces), chinese)
 
 
+# ------------------------------------------------------------------ formulas
+
+
+TEXT_IN_FORMULA = re.compile(r"(\\text\{[^{}]*\})")
+
+
+def formula_pattern(formula: str) -> re.Pattern[str]:
+    """What a translation must hold for a formula of the English: the same symbols, character for character,
+    except the words inside `\\text{...}`, which may be Chinese (`\\text{otherwise}` -> `\\text{其他}`)."""
+    return re.compile(
+        "".join(
+            r"\\text\{[^{}]*\}" if TEXT_IN_FORMULA.fullmatch(piece) else re.escape(piece)
+            for piece in TEXT_IN_FORMULA.split(formula)
+        )
+    )
+
+
+# ------------------------------------------------------------------ the words inside code cells
+
+SOLUTION_MARKS = {editions.SOLUTION_BEGIN, editions.SOLUTION_END, editions.HIDDEN_BEGIN, editions.HIDDEN_END}
+DIRECTIVE = re.compile(r"(?:noqa|type:|pragma|fmt:)")  # comments addressed to tools, not to a reader
+
+
+@dataclasses.dataclass(frozen=True)
+class Words:
+    """A span of a code cell's source that is prose, not code: a docstring's text or a comment's words."""
+
+    start: int  # character offsets into the cell's source
+    end: int
+    text: str  # the English, as the translation file keys it (a docstring's text without its indentation)
+    docstring: bool
+    margin: str = ""  # the indentation of a docstring's second and later lines
+
+    def render(self, chinese: str) -> str:
+        """The translation as it stands in the source: a docstring's later lines indented as the English's."""
+        lines = chinese.split("\n")
+        return "\n".join([lines[0]] + [self.margin + line if line.strip() else "" for line in lines[1:]])
+
+
+def _is_code(comment_body: str) -> bool:
+    """True if a comment's body is commented-out Python (`exercises.x.hint(2)`, a shape `(B, T, D)`).
+
+    Its part before any comment of its own must be ASCII: Chinese words are valid identifiers."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(comment_body).readline))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            compile(comment_body, "<comment>", "exec")
+    except (SyntaxError, tokenize.TokenError, ValueError):
+        return False
+    code_end = next((tok.start[1] for tok in tokens if tok.type == tokenize.COMMENT), len(comment_body))
+    return comment_body[:code_end].isascii()
+
+
+def _comment_words(comment: str, offset: int) -> list[Words]:
+    """The prose of one comment token that starts at `offset`: all of it, or the comment of commented-out code."""
+    if comment.strip() in SOLUTION_MARKS:
+        return []
+    prefix = re.match(r"#+\s*", comment)
+    assert prefix is not None  # a comment token starts with #
+    body = comment[prefix.end() :].rstrip()
+    start = offset + prefix.end()
+    if not body or DIRECTIVE.match(body):
+        return []
+    if _is_code(body):
+        inner = [tok for tok in tokenize.generate_tokens(io.StringIO(body).readline) if tok.type == tokenize.COMMENT]
+        return [w for tok in inner for w in _comment_words(tok.string, start + tok.start[1])]
+    if not re.search(r"[A-Za-z]{3,}|[^\x00-\x7f]", body):  # numbers and symbols only: nothing to translate
+        return []
+    return [Words(start, start + len(body), body, docstring=False)]
+
+
+def _docstring_words(raw: str, offset: int) -> Words | None:
+    """The text of a docstring whose content (between the quotes) is `raw` and starts at `offset`."""
+    core = raw.strip()
+    if not core:
+        return None
+    start = offset + len(raw) - len(raw.lstrip())
+    lines = core.split("\n")
+    indents = [line[: len(line) - len(line.lstrip())] for line in lines[1:] if line.strip()]
+    margin = min(indents, key=len) if indents else ""
+    text = "\n".join([lines[0]] + [line[len(margin) :] if line.strip() else "" for line in lines[1:]])
+    return Words(start, start + len(core), text, docstring=True, margin=margin)
+
+
+def code_words(source: str) -> list[Words]:
+    """Every docstring (of a function or class) and every comment's prose in a code cell, in order.
+
+    Code is never among them: a comment that is valid Python stays as it is, except for its own comment."""
+    try:
+        tree = ast.parse(source)
+        tokens = list(tokenize.generate_tokens(io.StringIO(source).readline))
+    except (SyntaxError, tokenize.TokenError):
+        return []  # not plain Python (a notebook magic): nothing to translate
+    lines = io.StringIO(source).readlines()  # the lines tokenize numbers
+    docstrings = {  # (line, column in characters: ast counts UTF-8 bytes) of each docstring's opening quotes
+        (node.lineno, len(lines[node.lineno - 1].encode()[: node.col_offset].decode()))
+        for node in (
+            owner.body[0]
+            for owner in ast.walk(tree)
+            if isinstance(owner, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        )
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+    }
+    line_starts = [0]
+    for line in lines:
+        line_starts.append(line_starts[-1] + len(line))
+    found: list[Words] = []
+    for tok in tokens:
+        offset = line_starts[tok.start[0] - 1] + tok.start[1]
+        if tok.type == tokenize.COMMENT:
+            found += _comment_words(tok.string, offset)
+        elif tok.type == tokenize.STRING and tok.start in docstrings and tok.string[:3] in ('"""', "'''"):
+            words = _docstring_words(tok.string[3:-3], offset + 3)
+            if words is not None:
+                found.append(words)
+    return found
+
+
+def required_words(cell: dict[str, Any]) -> list[Words]:
+    """The words of a code cell that must be translated: all of an exercise's cells (its specification, its
+    check, its help), and every docstring elsewhere. Other comments are translated where an entry exists."""
+    words = code_words(editions.source_text(cell))
+    if cell.get("metadata", {}).get("nbgrader"):
+        return words
+    return [w for w in words if w.docstring]
+
+
+def translate_code(source: str, chinese: dict[str, str], where: str) -> str:
+    """`source` with each docstring and comment that `chinese` translates in Chinese; the code is untouched."""
+    out, last = [], 0
+    for words in code_words(source):
+        translation = chinese.get(words.text, "").strip("\n")
+        if not translation:
+            continue
+        problem = words_problem(words, translation)
+        if problem:
+            raise ValueError(f"{where}: {problem}")
+        out += [source[last : words.start], words.render(translation)]
+        last = words.end
+    return "".join(out) + source[last:]
+
+
+def words_problem(words: Words, translation: str) -> str | None:
+    """Why `translation` cannot stand for `words` in the code, or None."""
+    lines = translation.count("\n") + 1
+    if words.docstring and lines != words.text.count("\n") + 1:
+        return (
+            f"the translation of the docstring {words.text[:50]!r} has {lines} lines, the English "
+            f"{words.text.count(chr(10)) + 1}: keep the English's lines, so that line numbers stay the same"
+        )
+    if not words.docstring and lines != 1:
+        return f"the translation of the comment {words.text[:50]!r} must be one line"
+    if '"""' in translation or "'''" in translation or translation.endswith("\\"):
+        return f"the translation of {words.text[:50]!r} would end its docstring early: no triple quotes"
+    return None
+
+
+def code_skeleton(source: str) -> str:
+    """The code of a cell without the text of its docstrings and comments (each becomes "…", on as many lines)."""
+    out, last = [], 0
+    for words in code_words(source):
+        out += [source[last : words.start], "…" + "\n" * words.text.count("\n")]
+        last = words.end
+    return "".join(out) + source[last:]
+
+
 # ------------------------------------------------------------------ translation files
 
 
@@ -122,8 +304,10 @@ def translation_path(chapter: pathlib.Path) -> pathlib.Path:
 def load_translation(chapter: pathlib.Path) -> dict[str, Any]:
     path = translation_path(chapter)
     if not path.exists():
-        return {"chapter": chapter.name, "cells": []}
-    return json.loads(path.read_text(encoding="utf-8"))
+        return {"chapter": chapter.name, "cells": [], "code": []}
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data.setdefault("code", [])
+    return data
 
 
 def markdown_cells(notebook: dict[str, Any]) -> list[tuple[int, str]]:
@@ -133,6 +317,49 @@ def markdown_cells(notebook: dict[str, Any]) -> list[tuple[int, str]]:
         for i, cell in enumerate(notebook["cells"])
         if cell.get("cell_type") == "markdown"
     ]
+
+
+def code_cells_words(notebook: dict[str, Any]) -> list[tuple[int, Words, bool]]:
+    """(cell index, words, whether they must be translated) of every code cell's docstrings and comments."""
+    found = []
+    for i, cell in enumerate(notebook["cells"]):
+        if cell.get("cell_type") == "code":
+            required = {(w.start, w.end) for w in required_words(cell)}
+            found += [(i, w, (w.start, w.end) in required) for w in code_words(editions.source_text(cell))]
+    return found
+
+
+def code_problems(notebook: dict[str, Any], entries: list[dict[str, Any]], where: object) -> list[str]:
+    """What is missing, stale or malformed among a chapter's translations of its code cells' words."""
+    by_en = {entry["en"]: entry for entry in entries}
+    first: dict[str, tuple[int, Words]] = {}  # each text once, where it first stands
+    required: set[str] = set()
+    for index, words, must in code_cells_words(notebook):
+        first.setdefault(words.text, (index, words))
+        if must:
+            required.add(words.text)
+    found = []
+    for text, (index, words) in first.items():
+        entry = by_en.get(text)
+        what = ("docstring " if words.docstring else "comment ") + repr(words.text[:50])
+        if entry is None:
+            if text in required:
+                found.append(f"{where}: cell {index}: the {what} has no entry (new or changed: run --update)")
+        elif not entry.get("zh", "").strip():
+            found.append(f"{where}: cell {index}: the {what} is not translated yet (its entry's zh is empty)")
+        elif "old_en" in entry or "old_zh" in entry:
+            found.append(f"{where}: cell {index}: the {what} changed; update zh, then delete old_en and old_zh")
+        else:
+            problem = words_problem(words, entry["zh"].strip("\n"))
+            if problem:
+                found.append(f"{where}: cell {index}: {problem}")
+    for entry in entries:
+        if entry["en"] not in first:
+            found.append(
+                f"{where}: the code entry {entry['en'][:50]!r} translates words that are no longer in the "
+                "chapter's code (stale: run --update)"
+            )
+    return found
 
 
 def problems(chapter: pathlib.Path) -> list[str]:
@@ -158,7 +385,7 @@ def problems(chapter: pathlib.Path) -> list[str]:
                 f"{where}: the entry for cell {entry.get('cell')} translates English that is no longer in the "
                 "chapter (stale: run --update)"
             )
-    return found
+    return found + code_problems(notebook, load_translation(chapter)["code"], where)
 
 
 def update_translation(chapter: pathlib.Path) -> bool:
@@ -184,8 +411,42 @@ def update_translation(chapter: pathlib.Path) -> bool:
         "chapter": chapter.name,
         "note": "generated skeleton kept by tools/translate.py --update; translators edit only the zh fields",
         "cells": cells,
+        "code": updated_code_entries(notebook, old["code"]),
     }
     return write_if_changed(translation_path(chapter), json.dumps(data, ensure_ascii=False, indent=1) + "\n")
+
+
+def updated_code_entries(notebook: dict[str, Any], old: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The code entries after an English change: one per text that must be translated or already is, in the
+    order of the chapter, each with the first cell it stands in; a changed text gets the closest unused old
+    pair of a cell it stands in beside it (old_en, old_zh)."""
+    by_en = {entry["en"]: entry for entry in old}
+    cells_of: dict[str, list[int]] = {}
+    required: set[str] = set()
+    for index, words, must in code_cells_words(notebook):
+        cells_of.setdefault(words.text, [])
+        if index not in cells_of[words.text]:
+            cells_of[words.text].append(index)
+        if must:
+            required.add(words.text)
+    unused = [entry for entry in old if entry["en"] not in cells_of]
+    entries = []
+    for text, cells in cells_of.items():
+        entry = by_en.get(text)
+        if entry is not None:
+            entries.append({**entry, "cell": cells[0]})
+            continue
+        if text not in required:
+            continue
+        new: dict[str, Any] = {"cell": cells[0], "en": text, "zh": ""}
+        candidates = [e for e in unused if e.get("cell") in cells]
+        if candidates:
+            previous = max(candidates, key=lambda e: difflib.SequenceMatcher(None, e["en"], text).ratio())
+            unused.remove(previous)
+            new["old_en"] = previous.get("old_en", previous["en"])
+            new["old_zh"] = previous.get("old_zh", previous.get("zh", ""))
+        entries.append(new)
+    return entries
 
 
 # ------------------------------------------------------------------ the exercises' texts
@@ -277,7 +538,9 @@ def translate_notebook(source: dict[str, Any], chapter: pathlib.Path) -> dict[st
     from transformer_lab import i18n
 
     notebook = copy.deepcopy(source)
-    by_en = {entry["en"]: entry for entry in load_translation(chapter)["cells"]}
+    translation = load_translation(chapter)
+    by_en = {entry["en"]: entry for entry in translation["cells"]}
+    code_chinese = {entry["en"]: entry.get("zh", "") for entry in translation["code"] if "old_en" not in entry}
     modules = editions.exercise_modules(notebook)
     language_lines = 0
     for index, cell in enumerate(notebook["cells"]):
@@ -292,9 +555,12 @@ def translate_notebook(source: dict[str, Any], chapter: pathlib.Path) -> dict[st
             continue
         if cell.get("cell_type") != "code":
             continue
+        chinese_source = translate_code(text, code_chinese, where)
         if LANGUAGE_LINE.search(text):
             language_lines += 1
-            cell["source"] = editions.as_lines(LANGUAGE_LINE.sub(lambda _: ZH_LANGUAGE_LINE, text))
+            chinese_source = LANGUAGE_LINE.sub(lambda _: ZH_LANGUAGE_LINE, chinese_source)
+        if chinese_source != text:
+            cell["source"] = editions.as_lines(chinese_source)
         if any(CALL.match(line.strip()) for line in text.splitlines()):
             streams = [o for o in cell.get("outputs", []) if o.get("output_type") == "stream"]
             if any(o.get("name") != "stdout" for o in streams):

@@ -125,6 +125,11 @@ def _softmax_global_max(scores: Tensor) -> Tensor:
     return exps / exps.sum(dim=-1, keepdim=True)
 
 
+def _softmax_no_keepdim(scores: Tensor) -> Tensor:
+    exps = (scores - scores.max(dim=-1, keepdim=True).values).exp()
+    return exps / exps.sum(dim=-1)  # (n,) against (n, n): entry j of every row divided by row j's sum
+
+
 def _softmax_total_sum(scores: Tensor) -> Tensor:
     exps = (scores - scores.max(dim=-1, keepdim=True).values).exp()
     return exps / exps.sum()  # one denominator for the whole tensor: right for a single row only
@@ -160,6 +165,7 @@ softmax_rows = Exercise(
     cases=[
         Case("one row of three scores", lambda: (torch.tensor([[1.0, 2.0, 3.0]]),)),
         Case("a (4, 5) matrix: each row on its own", lambda: (_randn(4, 5, seed=1),)),
+        Case("a square (4, 4) matrix: each row divided by its own sum", lambda: (_randn(4, 4, seed=4),)),
         Case("a batch (2, 3, 4): the last dimension only", lambda: (_randn(2, 3, 4, seed=2),)),
         Case("equal scores give equal weights", lambda: (torch.full((2, 4), 7.0),), hidden="scale"),
         Case("large scores (up to about 2000): no overflow", lambda: (_randn(3, 6, seed=3) * 1000.0,)),
@@ -205,6 +211,12 @@ softmax_rows = Exercise(
         Mistake(
             _softmax_unnormalised,
             "the rows do not sum to 1: the exponentials were never divided by their row's sum.",
+        ),
+        Mistake(
+            _softmax_no_keepdim,
+            "each row was divided by another row's sum: the row sums lost their summed dimension, so broadcasting "
+            "lined them up along the last dimension and entry j of every row was divided by the sum of row j. A "
+            "non-square matrix makes this an error; a square one hides it.",
         ),
         Mistake(
             _softmax_total_sum,

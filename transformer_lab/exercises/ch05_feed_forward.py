@@ -126,7 +126,7 @@ def _describe_ffn(candidate: Any, args: Any, x: Tensor) -> tuple[int, list[tuple
 
 
 def _ffn_case(dim: int, dropout: float, shape: tuple[int, ...], seed: int) -> tuple[Any, Tensor]:
-    args = SimpleNamespace(dim=dim, n_embd=dim, n_heads=8, n_layer=6, dropout=dropout)  # note 000's config fields
+    args = SimpleNamespace(dim=dim, n_embd=dim, n_layer=6, dropout=dropout)  # fields of note 000's config
     return args, torch.randn(*shape, dim, generator=_generator(seed))
 
 
