@@ -8,9 +8,11 @@
 #                            notebooks/zh/, in JupyterLab with its interface in Chinese
 #                            (or TRANSFORMER_LAB_LANGUAGE=zh bash run.sh lab)
 #   bash run.sh test         set up, then run every test: lint, unit tests, every notebook under
-#                            strict nbval, the classroom checks and the browser test
+#                            strict nbval, the classroom checks, the browser test and the website
 #   bash run.sh notebooks    re-execute the source edition (notebooks/solutions/) in place, each in a
 #                            fresh kernel, then regenerate the learner edition (notebooks/) from it
+#   bash run.sh site         build the course's website, both languages, from the committed notebooks
+#                            (not executed) into _site/ (docs/site.md; GitHub Pages runs exactly this)
 #
 # Extra arguments are passed on (to jupyter lab, to pytest, to the notebook runner).
 set -euo pipefail
@@ -64,6 +66,8 @@ case "$command" in
         exec "$JUPYTER" lab 00_start_here.ipynb "$@"
         ;;
     test)
+        # requirements-test.txt includes requirements-site.txt: tests/test_site.py builds the website as
+        # `run.sh site` does (or reuses a _site/ built from the files as they are) and reads it in Chromium.
         setup requirements-test.txt
         "$VENV/bin/ruff" check .
         # pytest's own exit codes pass through: 5 (no test collected) is a failure here.
@@ -76,8 +80,12 @@ case "$command" in
         "$PYTHON" tools/chapter_times.py      # each chapter's time, from its counts and the kernel time just measured
         exec "$PYTHON" tools/editions.py
         ;;
+    site)
+        setup requirements-site.txt
+        exec "$PYTHON" tools/build_site.py "$@"
+        ;;
     *)
-        echo "usage: bash run.sh {lab|test|notebooks} [args...]" >&2
+        echo "usage: bash run.sh {lab|test|notebooks|site} [args...]" >&2
         exit 2
         ;;
 esac
