@@ -5,11 +5,16 @@
     python -m transformer_lab.cli evaluate dates.pt
     python -m transformer_lab.cli gpt-train --corpus shakespeare --out shakespeare.pt      (chapter 10)
     python -m transformer_lab.cli gpt-train --corpus shakespeare --optimizer muon --out muon.pt   (chapter 11)
+    python -m transformer_lab.cli gpt-train --corpus shakespeare --positions rope --norm rms_no_weight \
+        --qk-norm rms_no_weight --activation relu2 --no-bias --untied --zero-init-output --out modern.pt
+    python -m transformer_lab.cli gpt-train --corpus shakespeare --tokenizer bpe/ --out bpe.pt     (chapter 12)
     python -m transformer_lab.cli gpt-sample shakespeare.pt --prompt "ROMEO:" --temperature 0.8
 
 The checkpoint holds the model (`tl.save_checkpoint`: config and state dict) plus plain data
 (the tokenizer's characters, the task's settings, the training options and history), so
 `torch.load(path, weights_only=True)` reads it and `load_trained(path)` rebuilds everything.
+A gpt-train checkpoint likewise holds the GPTConfig with every switch, and its tokenizer: the characters, or
+a ByteBPE's `to_dict` (its merges) when trained with --tokenizer; `tl.training.load_gpt` rebuilds both.
 """
 
 from __future__ import annotations
@@ -17,14 +22,16 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import torch
 
+from transformer_lab.bpe import ByteBPE
 from transformer_lab.data import (
     CORPORA,
     CharTokenizer,
@@ -37,8 +44,9 @@ from transformer_lab.data import (
     token_starts,
 )
 from transformer_lab.distributed import is_main_process
-from transformer_lab.gpt import GPT, GPTConfig
+from transformer_lab.gpt import GPT, NORMS, POSITIONS, RMS_NORMS, GPTConfig
 from transformer_lab.model import Transformer, TransformerConfig, load_checkpoint, save_checkpoint
+from transformer_lab.modern import ROPE_LAYOUTS
 from transformer_lab.training import (
     GPT_OPTIMIZERS,
     build_model,
@@ -271,10 +279,12 @@ def _add_gpt_commands(commands: Any) -> None:
     d = GPT_DEFAULTS
     g = commands.add_parser(
         "gpt-train",
-        help="train a character-level GPT on a shipped corpus or a UTF-8 text file (chapter 10)",
-        description="Train a character-level GPT (chapter 10) and write a weights_only checkpoint. The defaults "
-        "are nanoGPT's Shakespeare-character recipe on a CPU. Under `torchrun --nproc_per_node=N` it trains "
-        "with DistributedDataParallel, --batch-size being the global batch.",
+        help="train a GPT on a shipped corpus or a UTF-8 text file (chapters 10-12)",
+        description="Train a GPT (chapter 10) and write a weights_only checkpoint. The defaults are nanoGPT's "
+        "Shakespeare-character recipe on a CPU: GPT-2's architecture reading characters. The model switches "
+        "(chapter 11) turn it, one option at a time, into a 2026 decoder; --tokenizer (chapter 12) makes it read "
+        "byte-level BPE tokens. Under `torchrun --nproc_per_node=N` it trains with DistributedDataParallel, "
+        "--batch-size being the global batch.",
     )
     source = g.add_mutually_exclusive_group()
     source.add_argument(
@@ -283,7 +293,9 @@ def _add_gpt_commands(commands: Any) -> None:
     source.add_argument("--text", default=None, help="or the path of any UTF-8 text file")
     g.add_argument("--out", required=True, help="where to write the checkpoint (.pt); its folder must exist")
     g.add_argument("--seed", type=int, default=0, help="seed of the weights and of the batches (default 0)")
-    g.add_argument("--block-size", type=int, default=d["block_size"], help="context length in characters")
+    g.add_argument(
+        "--block-size", type=int, default=d["block_size"], help="context length in tokens (characters by default)"
+    )
     g.add_argument("--d-model", type=int, default=d["d_model"], help="model width")
     g.add_argument("--n-heads", type=int, default=d["n_heads"], help="attention heads")
     g.add_argument("--n-layers", type=int, default=d["n_layers"], help="blocks")
@@ -324,26 +336,127 @@ def _add_gpt_commands(commands: Any) -> None:
         "--init",
         default=None,
         metavar="CHECKPOINT",
-        help="go on training from the weights of a checkpoint gpt-train wrote on the same text (its model sizes "
-        "are used; a fresh optimiser and schedule)",
+        help="go on training from the weights of a checkpoint gpt-train wrote on the same text with the same "
+        "--tokenizer (its model sizes and switches are used; a fresh optimiser and schedule)",
+    )
+    g.add_argument(
+        "--tokenizer",
+        default=None,
+        metavar="PATH",
+        help="read the text as byte-level BPE tokens of this tokenizer (a folder written by tl.bpe.ByteBPE.save, "
+        "or its tokenizer.json) instead of characters; the vocabulary size is the tokenizer's, and the "
+        "checkpoint embeds the tokenizer. Special-token strings in the text are encoded as their ids",
     )
     g.add_argument("--device", default="cpu", help="cpu, cuda, cuda:1, mps ... (default cpu)")
     g.add_argument("--threads", type=int, default=1, help="CPU threads for PyTorch (default 1)")
     g.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    _add_switches(g)
     s = commands.add_parser("gpt-sample", help="sample text from a checkpoint written by gpt-train (chapter 10)")
     s.add_argument("checkpoint", help="a checkpoint written by gpt-train")
     s.add_argument("--prompt", default=None, help="the text to continue (default: a newline)")
-    s.add_argument("--length", type=int, default=200, help="characters to generate per sample (default 200)")
+    s.add_argument(
+        "--length", type=int, default=200, help="tokens (characters for a character model) per sample (default 200)"
+    )
     s.add_argument("--temperature", type=float, default=1.0, help="> 0; 0 for greedy (default 1.0)")
-    s.add_argument("--top-k", type=int, default=None, help="keep the k most likely characters")
+    s.add_argument("--top-k", type=int, default=None, help="keep the k most likely tokens")
     s.add_argument("--top-p", type=float, default=None, help="nucleus sampling: keep this share of probability")
     s.add_argument("--seed", type=int, default=0, help="seed of the sampling (default 0)")
     s.add_argument("--num-samples", type=int, default=1, help="how many samples (default 1)")
+    s.add_argument(
+        "--tokenizer",
+        default=None,
+        metavar="PATH",
+        help="optional: the tokenizer you expect the checkpoint to read (a ByteBPE folder or tokenizer.json); "
+        "refused unless it is the one embedded in the checkpoint, which is always the one used",
+    )
     s.add_argument("--device", default="cpu", help="cpu, cuda ... (default cpu)")
     s.add_argument("--threads", type=int, default=1, help="CPU threads for PyTorch (default 1)")
 
 
-def _fail(message: str) -> None:
+def _add_switches(g: argparse.ArgumentParser) -> None:
+    """gpt-train's model switches (chapter 11): one option per GPTConfig field, GPT-2's behaviour by default."""
+    m = g.add_argument_group(
+        "model switches (chapter 11)",
+        "Each option changes one thing of GPT-2's architecture (see tl.gpt.GPTConfig); the defaults are GPT-2's. "
+        "With --init the checkpoint's own architecture is used.",
+    )
+    m.add_argument("--no-bias", action="store_true", help="no biases in the Linear layers and norms (Llama, Qwen3)")
+    m.add_argument("--untied", action="store_true", help="an output head of its own, not tied to the token embedding")
+    m.add_argument(
+        "--activation",
+        choices=SWITCH_ACTIVATIONS,
+        default="gelu_tanh",
+        help="the feed-forward network: GELU (GPT-2's tanh form), ReLU squared (nanochat) or the gated SwiGLU "
+        "(Llama, Qwen3; three matrices of width 8/3 d_model) (default gelu_tanh)",
+    )
+    m.add_argument(
+        "--positions", choices=POSITIONS, default="learned", help="learned position vectors or rotary (default learned)"
+    )
+    m.add_argument(
+        "--rope-base", type=float, default=10000.0, help="the base of the rotary frequencies (default 10000)"
+    )
+    m.add_argument(
+        "--rope-layout",
+        choices=ROPE_LAYOUTS,
+        default="pairs",
+        help="which features RoPE turns together: (2i, 2i+1) or Hugging Face's (i, i + d_k/2) (default pairs)",
+    )
+    m.add_argument(
+        "--norm",
+        choices=NORMS,
+        default="layer",
+        help="every norm: LayerNorm, RMSNorm with a gain, or RMSNorm without parameters (default layer)",
+    )
+    m.add_argument("--norm-eps", type=float, default=1e-5, help="the epsilon of every norm (default 1e-5)")
+    m.add_argument("--embedding-norm", action="store_true", help="one more norm right after the embedding (nanochat)")
+    m.add_argument(
+        "--qk-norm",
+        choices=("none", *RMS_NORMS),
+        default="none",
+        help="RMSNorm over each head's queries and keys, with or without a gain (default none)",
+    )
+    m.add_argument(
+        "--n-kv-heads", type=int, default=None, help="key/value heads, dividing --n-heads (default: --n-heads)"
+    )
+    m.add_argument("--head-dim", type=int, default=None, help="the size of each head (default: --d-model / --n-heads)")
+    m.add_argument(
+        "--ff-width",
+        type=int,
+        default=None,
+        help="the feed-forward hidden width (default: 4 x --d-model, or 8/3 x --d-model for swiglu)",
+    )
+    m.add_argument(
+        "--logit-softcap", type=float, default=None, help="c in logits = c tanh(logits / c) (default: no cap)"
+    )
+    m.add_argument(
+        "--zero-init-output",
+        action="store_true",
+        help="start the projections into the residual stream (W^O, W_2) at zero (nanochat)",
+    )
+
+
+#: The feed-forward networks gpt-train offers (GPTConfig also takes plain "gelu" and "relu").
+SWITCH_ACTIVATIONS = ("gelu_tanh", "relu2", "swiglu")
+
+#: gpt-train's option -> GPTConfig's field, for the model's switches.
+SWITCH_FIELDS = {
+    "activation": "activation",
+    "positions": "positions",
+    "rope_base": "rope_base",
+    "rope_layout": "rope_layout",
+    "norm": "norm",
+    "norm_eps": "norm_eps",
+    "embedding_norm": "embedding_norm",
+    "qk_norm": "qk_norm",
+    "n_kv_heads": "n_kv_heads",
+    "head_dim": "head_dim",
+    "ff_width": "ff_width",
+    "logit_softcap": "logit_softcap",
+    "zero_init_output": "zero_init_output",
+}
+
+
+def _fail(message: str) -> NoReturn:
     raise SystemExit(f"error: {message}")
 
 
@@ -361,8 +474,8 @@ def _check_gpt_train_args(args: argparse.Namespace) -> None:
     for option in ("steps", "batch_size", "block_size", "d_model", "n_heads", "n_layers", "eval_every", "threads"):
         if getattr(args, option) < 1:
             _fail(f"--{option.replace('_', '-')} must be at least 1, got {getattr(args, option)}")
-    if args.d_model % args.n_heads:
-        _fail(f"--d-model ({args.d_model}) must be divisible by --n-heads ({args.n_heads})")
+    if args.head_dim is None and args.d_model % args.n_heads:
+        _fail(f"--d-model ({args.d_model}) must be divisible by --n-heads ({args.n_heads}), or give --head-dim")
     if not 0.0 <= args.dropout < 1.0:
         _fail(f"--dropout must be in [0, 1), got {args.dropout}")
     if not (args.lr > 0 and math.isfinite(args.lr)):
@@ -392,6 +505,7 @@ def _check_gpt_train_args(args: argparse.Namespace) -> None:
         _fail(f"--train-fraction must be in (0, 1), got {args.train_fraction}")
     if args.seed < 0:
         _fail(f"--seed must be >= 0, got {args.seed}")
+    _check_switches(args)
     folder = os.path.dirname(args.out) or "."
     if not os.path.isdir(folder):
         _fail(f"--out {args.out}: the folder {folder} does not exist (create it before training)")
@@ -401,7 +515,58 @@ def _check_gpt_train_args(args: argparse.Namespace) -> None:
         _fail(f"--out {args.out} is a folder; give a file name such as {os.path.join(args.out, 'gpt.pt')}")
     if args.text is not None and not os.path.isfile(args.text):
         _fail(f"--text {args.text}: no such file")
+    if args.tokenizer is not None and not os.path.exists(args.tokenizer):
+        _fail(f"--tokenizer {args.tokenizer}: no such file or folder (give what tl.bpe.ByteBPE.save wrote)")
     _check_device(args.device)
+
+
+def _check_switches(args: argparse.Namespace) -> None:
+    """The model switches one by one (naming the option), then together (GPTConfig's own checks)."""
+    for option in ("n_kv_heads", "head_dim", "ff_width"):
+        value = getattr(args, option)
+        if value is not None and value < 1:
+            _fail(f"--{option.replace('_', '-')} must be at least 1, got {value}")
+    for option in ("rope_base", "norm_eps", "logit_softcap"):
+        value = getattr(args, option)
+        if value is not None and not (value > 0 and math.isfinite(value)):
+            _fail(f"--{option.replace('_', '-')} must be a number > 0, got {value}")
+    _gpt_config(args, vocab_size=1)  # the combination, before the text is read: the vocabulary does not matter
+
+
+def _gpt_config(args: argparse.Namespace, vocab_size: int) -> GPTConfig:
+    """The GPTConfig of gpt-train's options; a combination GPTConfig refuses ends the command with its reason."""
+    switches = {field: getattr(args, option) for option, field in SWITCH_FIELDS.items()}
+    if switches["qk_norm"] == "none":
+        switches["qk_norm"] = None
+    try:
+        return GPTConfig(
+            vocab_size=vocab_size,
+            block_size=args.block_size,
+            d_model=args.d_model,
+            n_heads=args.n_heads,
+            n_layers=args.n_layers,
+            dropout=args.dropout,
+            bias=not args.no_bias,
+            tie_embeddings=not args.untied,
+            **switches,
+        )
+    except (TypeError, ValueError) as error:
+        _fail(f"{_options_named(str(error))}: {error}")
+
+
+def _options_named(message: str) -> str:
+    """The gpt-train options behind the GPTConfig fields a message names, e.g. "--n-kv-heads / --n-heads"."""
+    options = {field: f"--{option.replace('_', '-')}" for option, field in SWITCH_FIELDS.items()}
+    options.update(
+        d_model="--d-model", n_heads="--n-heads", n_layers="--n-layers", block_size="--block-size",
+        dropout="--dropout", bias="--no-bias", tie_embeddings="--untied",
+    )  # fmt: skip
+    found: dict[int, str] = {}  # position of the field in the message -> its option
+    for field, option in options.items():
+        match = re.search(rf"\b{field}\b", message)  # "n_heads" is not found inside "n_kv_heads"
+        if match:
+            found[match.start()] = option
+    return " / ".join(found[position] for position in sorted(found)) or "the model options"
 
 
 def _gpt_train(args: argparse.Namespace) -> int:
@@ -414,33 +579,32 @@ def _gpt_train(args: argparse.Namespace) -> int:
         _fail(f"--text {source}: {error}")
     if not text:
         _fail(f"{source} is empty")
-    tokenizer = TextTokenizer.from_text(text)
-    train_data, val_data = split_text(tokenizer.encode(text), args.train_fraction)
+    tokenizer: TextTokenizer | ByteBPE
+    if args.tokenizer is not None:
+        tokenizer = _load_bpe("--tokenizer", args.tokenizer)
+        ids = torch.tensor(tokenizer.encode(text, allowed_special="all"), dtype=torch.long)
+    else:
+        tokenizer = TextTokenizer.from_text(text)
+        ids = tokenizer.encode(text)
+    unit = "characters" if args.tokenizer is None else "tokens"
+    train_data, val_data = split_text(ids, args.train_fraction)
     for name, data in (("training", train_data), ("validation", val_data)):
         if len(data) < args.block_size + 1:
             _fail(
-                f"the {name} split of {source} has {len(data)} characters, fewer than --block-size + 1 = "
+                f"the {name} split of {source} has {len(data)} {unit}, fewer than --block-size + 1 = "
                 f"{args.block_size + 1}; use a longer text or a smaller --block-size"
             )
     starts = None
     if args.newline_share > 0:
-        if "\n" not in tokenizer.chars:
-            _fail(f"--newline-share: {source} has no newline; leave the option out")
+        newline = _newline_id(tokenizer, text, source)
         try:
-            starts = token_starts(train_data, tokenizer.encode("\n").item(), args.block_size, args.newline_share)
+            starts = token_starts(train_data, newline, args.block_size, args.newline_share)
         except ValueError:
             _fail(
                 f"--newline-share: no newline of the training split of {source} has --block-size + 1 = "
-                f"{args.block_size + 1} characters after it; leave the option out or use a smaller --block-size"
+                f"{args.block_size + 1} {unit} after it; leave the option out or use a smaller --block-size"
             )
-    config = GPTConfig(
-        vocab_size=tokenizer.vocab_size,
-        block_size=args.block_size,
-        d_model=args.d_model,
-        n_heads=args.n_heads,
-        n_layers=args.n_layers,
-        dropout=args.dropout,
-    )
+    config = _gpt_config(args, tokenizer.vocab_size)
     torch.manual_seed(args.seed)
     if args.init is not None:
         model = _initial_model(args, tokenizer)
@@ -481,7 +645,30 @@ def _gpt_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _initial_model(args: argparse.Namespace, tokenizer: TextTokenizer) -> GPT:
+def _load_bpe(option: str, path: str) -> ByteBPE:
+    try:
+        return ByteBPE.load(path)
+    except (OSError, ValueError) as error:
+        _fail(f"{option} {path}: not a byte-level BPE tokenizer that tl.bpe.ByteBPE.load reads ({error})")
+
+
+def _newline_id(tokenizer: TextTokenizer | ByteBPE, text: str, source: str) -> int:
+    """The id of a newline, for --newline-share: a character, or a BPE token that is exactly one newline."""
+    if "\n" not in text:
+        _fail(f"--newline-share: {source} has no newline; leave the option out")
+    if isinstance(tokenizer, TextTokenizer):
+        return int(tokenizer.encode("\n").item())
+    ids = tokenizer.encode_ordinary("\n")
+    if len(ids) != 1:
+        _fail("--newline-share: the tokenizer has no token for a lone newline; leave the option out")
+    return ids[0]
+
+
+def _reads(tokenizer: TextTokenizer | ByteBPE) -> str:
+    return f"characters ({tokenizer.vocab_size})" if isinstance(tokenizer, TextTokenizer) else repr(tokenizer)
+
+
+def _initial_model(args: argparse.Namespace, tokenizer: TextTokenizer | ByteBPE) -> GPT:
     """The model of the checkpoint --init names, checked against the text and the options (a float32 GPT)."""
     from transformer_lab.training import load_gpt
 
@@ -489,8 +676,16 @@ def _initial_model(args: argparse.Namespace, tokenizer: TextTokenizer) -> GPT:
         model, known = load_gpt(args.init)
     except (OSError, ValueError, KeyError, RuntimeError) as error:
         _fail(f"--init {args.init}: not a checkpoint written by gpt-train ({error})")
-    if known.chars != tokenizer.chars:
-        _fail(f"--init {args.init}: its characters are not those of this text; continue on the text it was trained on")
+    if isinstance(known, TextTokenizer) and isinstance(tokenizer, TextTokenizer):
+        if known.chars != tokenizer.chars:
+            _fail(
+                f"--init {args.init}: its characters are not those of this text; continue on the text it was trained on"
+            )
+    elif type(known) is not type(tokenizer) or known.to_dict() != tokenizer.to_dict():
+        _fail(
+            f"--init {args.init} was trained with another tokenizer (it reads {_reads(known)}, this run "
+            f"{_reads(tokenizer)}); continue with the one it was trained with (--tokenizer, or none for characters)"
+        )
     if model.config.block_size != args.block_size:
         size = model.config.block_size
         _fail(f"--init {args.init}: its block size is {size}; pass --block-size {size}")
@@ -519,17 +714,23 @@ def _gpt_sample(args: argparse.Namespace) -> int:
         model, tokenizer = load_gpt(args.checkpoint, map_location=args.device)
     except (FileNotFoundError, ValueError) as error:
         _fail(str(error))
+    if args.tokenizer is not None:
+        _check_same_tokenizer(args, tokenizer)
     prompt = args.prompt
     if prompt is None:
-        if "\n" not in tokenizer.chars:
+        if isinstance(tokenizer, TextTokenizer) and "\n" not in tokenizer.chars:
             _fail("the vocabulary has no newline to start from: give a --prompt")
         prompt = "\n"
     if not prompt:
-        _fail("--prompt must not be empty (the model needs at least one character to continue)")
-    unknown = sorted(set(prompt) - set(tokenizer.chars))
-    if unknown:
-        _fail(f"--prompt holds characters the model never saw: {unknown[:10]}")
-    idx = tokenizer.encode(prompt).to(model.lm_head.weight.device).repeat(args.num_samples, 1)  # (N, T0)
+        _fail("--prompt must not be empty (the model needs at least one token to continue)")
+    if isinstance(tokenizer, ByteBPE):  # every string has byte-level tokens
+        prompt_ids = torch.tensor(tokenizer.encode(prompt, allowed_special="all"), dtype=torch.long)
+    else:
+        unknown = sorted(set(prompt) - set(tokenizer.chars))
+        if unknown:
+            _fail(f"--prompt holds characters the model never saw: {unknown[:10]}")
+        prompt_ids = tokenizer.encode(prompt)
+    idx = prompt_ids.to(model.lm_head.weight.device).repeat(args.num_samples, 1)  # (N, T0)
     generator = torch.Generator(device=idx.device).manual_seed(args.seed)
     out = model.generate(
         idx, args.length, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, generator=generator
@@ -539,6 +740,22 @@ def _gpt_sample(args: argparse.Namespace) -> int:
             print(f"--- sample {i + 1} ---")
         print(tokenizer.decode(row))
     return 0
+
+
+def _check_same_tokenizer(args: argparse.Namespace, embedded: TextTokenizer | ByteBPE) -> None:
+    """gpt-sample --tokenizer: only the tokenizer the model was trained with (the embedded one) is accepted."""
+    given = _load_bpe("--tokenizer", args.tokenizer)
+    if not isinstance(embedded, ByteBPE):
+        _fail(
+            f"--tokenizer {args.tokenizer}: {args.checkpoint} was trained on characters, not BPE tokens; "
+            "leave --tokenizer out"
+        )
+    if given.to_dict() != embedded.to_dict():
+        _fail(
+            f"--tokenizer {args.tokenizer} is not the tokenizer {args.checkpoint} was trained with ({given!r}, "
+            f"the checkpoint's: {embedded!r}); its ids would mean other text. Leave --tokenizer out: the "
+            "checkpoint's own is used"
+        )
 
 
 GPT_COMMANDS = {"gpt-train": _gpt_train, "gpt-sample": _gpt_sample}

@@ -9,7 +9,8 @@
 - `translate`, `exact_match`: decode greedily (or by beam search) and score whole answers.
 - Chapter 10: `train_gpt` (AdamW, warm-up and cosine decay: `cosine_lr`), `evaluate_text` (the loss over a
   whole text), `save_gpt` / `load_gpt` (weights_only checkpoints with the tokenizer). Chapter 11:
-  `train_gpt(..., optimizer="muon")` trains the blocks' matrices with Muon (`tl.muon`).
+  `train_gpt(..., optimizer="muon")` trains the blocks' matrices with Muon (`tl.muon`); GPT checkpoints record
+  its switches. Chapter 12: `save_gpt` / `load_gpt` also carry a byte-level BPE tokenizer (`tl.bpe.ByteBPE`).
 Both trainers run under `torchrun` with DistributedDataParallel (`tl.distributed`).
 
 Shape legend: B batch, S source length, T target length, V vocabulary size, N = B * T.
@@ -848,23 +849,29 @@ def save_gpt(
 ) -> None:
     """Write a GPT checkpoint that `torch.load(path, weights_only=True)` reads: plain data and tensors only.
 
-    It holds {"kind": "gpt", "config": the GPTConfig as a dict, "tokenizer": {"chars": ...}, "state_dict":
-    the weights, **extra} (extra: plain data such as the training options and history).
+    It holds {"kind": "gpt", "config": the GPTConfig as a dict (every switch of chapter 11 with it),
+    "tokenizer": the tokenizer's `to_dict()`, "state_dict": the weights, **extra} (extra: plain data such as
+    the training options and history). The tokenizer is {"chars": ...} for characters, or a byte-level BPE's
+    {"pattern", "byte_ids", "merges", "special_tokens"} (chapter 12): the merges travel with the model, so
+    its ids are always read back as the text it was trained on.
 
     Args:
         model: a `tl.gpt.GPT`.
         path: the file to write; its folder must exist.
-        tokenizer: the model's `tl.data.TextTokenizer`.
+        tokenizer: the model's `tl.data.TextTokenizer` or `tl.bpe.ByteBPE`.
         half: store the floating-point weights in float16 (half the size; `load_gpt` returns float32).
     """
+    from transformer_lab.bpe import ByteBPE
     from transformer_lab.data import TextTokenizer
 
     _check_gpt(model)
-    if not isinstance(tokenizer, TextTokenizer):
-        raise TypeError(f"tokenizer must be a tl.data.TextTokenizer, got {type(tokenizer).__name__}")
+    if not isinstance(tokenizer, (TextTokenizer, ByteBPE)):
+        raise TypeError(
+            f"tokenizer must be a tl.data.TextTokenizer or a tl.bpe.ByteBPE, got {type(tokenizer).__name__}"
+        )
     if tokenizer.vocab_size != model.config.vocab_size:
         raise ValueError(
-            f"the tokenizer has {tokenizer.vocab_size} characters but the model's vocab_size is "
+            f"the tokenizer has {tokenizer.vocab_size} tokens but the model's vocab_size is "
             f"{model.config.vocab_size}: they must be the pair that was trained together"
         )
     if not isinstance(path, (str, os.PathLike)):
@@ -896,11 +903,12 @@ def save_gpt(
 def load_gpt(path: str | os.PathLike[str], map_location: torch.device | str = "cpu") -> tuple[nn.Module, Any]:
     """Rebuild (model, tokenizer) from a file written by `save_gpt`: a float32 `GPT` in eval mode.
 
-    The file is read with `weights_only=True` (never code); a missing file, a file that is not a
-    checkpoint, a checkpoint of another kind (chapter 09's Transformer) or weights that do not fit the
-    config are refused with an error that says which.
+    The tokenizer is the one the checkpoint embeds: a `tl.data.TextTokenizer` (characters, chapter 10) or a
+    `tl.bpe.ByteBPE` (chapter 12). The file is read with `weights_only=True` (never code); a missing file, a
+    file that is not a checkpoint, a checkpoint of another kind (chapter 09's Transformer) or weights that do
+    not fit the config are refused with an error that says which. A config saved before chapter 11's switches
+    existed lacks them and gets their defaults, GPT-2's: chapter 10's model.
     """
-    from transformer_lab.data import TextTokenizer
     from transformer_lab.gpt import GPTConfig
 
     if not isinstance(path, (str, os.PathLike)):
@@ -926,12 +934,12 @@ def load_gpt(path: str | os.PathLike[str], map_location: torch.device | str = "c
         raise ValueError(f"{os.fspath(path)!r} is not a complete GPT checkpoint: it has no {missing}")
     try:
         config = GPTConfig(**data["config"])
-        tokenizer = TextTokenizer.from_dict(data["tokenizer"])
+        tokenizer = _gpt_tokenizer_from_dict(data["tokenizer"])
     except (TypeError, ValueError, KeyError) as error:
         raise ValueError(f"{os.fspath(path)!r} holds a bad config or tokenizer: {error}") from None
     if tokenizer.vocab_size != config.vocab_size:
         raise ValueError(
-            f"{os.fspath(path)!r}: the tokenizer has {tokenizer.vocab_size} characters, the config "
+            f"{os.fspath(path)!r}: the tokenizer has {tokenizer.vocab_size} tokens, the config "
             f"vocab_size={config.vocab_size}"
         )
     if not isinstance(data["state_dict"], dict):
@@ -944,3 +952,13 @@ def load_gpt(path: str | os.PathLike[str], map_location: torch.device | str = "c
     except RuntimeError as error:
         raise ValueError(f"{os.fspath(path)!r}: the weights do not fit the config: {str(error)[:300]}") from None
     return model.to(device).eval(), tokenizer
+
+
+def _gpt_tokenizer_from_dict(data: object) -> Any:
+    """The tokenizer a GPT checkpoint embeds: characters ({"chars": ...}) or a ByteBPE (its "merges" ...)."""
+    from transformer_lab.bpe import ByteBPE
+    from transformer_lab.data import TextTokenizer
+
+    if isinstance(data, dict) and "merges" in data:
+        return ByteBPE.from_dict(data)
+    return TextTokenizer.from_dict(data)  # type: ignore[arg-type]
