@@ -248,14 +248,16 @@ class GradingSession:
 
 
 _DEFAULT: dict[str, GradingSession] = {}
+_DEFAULT_LOCK = threading.Lock()  # grader threads arriving together make one session, not two
 
 
 def default_session() -> GradingSession:
     """A sandboxed session for this process (made on first use, removed at exit)."""
-    if "session" not in _DEFAULT:
-        _DEFAULT["session"] = GradingSession()
-        atexit.register(_DEFAULT["session"].close)
-    return _DEFAULT["session"]
+    with _DEFAULT_LOCK:
+        if "session" not in _DEFAULT:
+            _DEFAULT["session"] = GradingSession()
+            atexit.register(_DEFAULT["session"].close)
+        return _DEFAULT["session"]
 
 
 # ------------------------------------------------------------------ the parent
@@ -401,7 +403,7 @@ def _blank(source: str) -> set[str]:
     import ast
 
     try:
-        tree = ast.parse(source)
+        tree = policy.parse(source)
     except (SyntaxError, ValueError):
         return set()
     names = set()
@@ -514,7 +516,7 @@ def suspicious_lines(source: str) -> list[str]:
     import ast
 
     try:
-        tree = ast.parse(source)
+        tree = policy.parse(source)
     except SyntaxError:
         return []
     found = []

@@ -30,6 +30,7 @@ runs and records the ATen operators it ran (transformer_lab/exercises/grading.py
 from __future__ import annotations
 
 import ast
+import threading
 from dataclasses import dataclass
 
 __all__ = ["Finding", "refusals", "ALLOWED_IMPORTS"]
@@ -212,11 +213,23 @@ def _module_problem(module: str) -> str | None:
     return None
 
 
+# CPython 3.11's ast.parse is not safe in two threads at once: building the Python AST objects keeps one
+# recursion counter per interpreter, and concurrent parses raise "SystemError: AST constructor recursion depth
+# mismatch" (seen in CI: grade_folder grades in threads). Every parse of the grading path goes through here.
+_PARSE_LOCK = threading.Lock()
+
+
+def parse(source: str, mode: str = "exec") -> ast.AST:
+    """`ast.parse(source, mode=mode)`, one thread at a time."""
+    with _PARSE_LOCK:
+        return ast.parse(source, mode=mode)
+
+
 def refusals(source: str) -> list[Finding]:
     """Every refused use in one answer cell's source ([] for an honest answer). A cell that does not parse
     is not refused here: it fails when it runs, as in the notebook."""
     try:
-        tree = ast.parse(source)
+        tree = parse(source)
     except (SyntaxError, ValueError):
         return []
     own = _own_names(tree)

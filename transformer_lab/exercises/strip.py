@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import ast
 
+from transformer_lab.exercises.policy import parse
+
 __all__ = ["strip_source", "WITHHELD", "StripError"]
 
 WITHHELD = "the reference answer is not in this copy of the course"
@@ -59,7 +61,7 @@ def strip_source(source: str, keep: tuple[str, ...] = (), literals: dict[str, di
     `literals` ({exercise variable: {argument: Python literal}}) replaces a kept argument by its value, so that
     what computed it (chapter 06's explain keys call the helper that counts the answer) need not stay."""
     literals = literals or {}
-    tree = ast.parse(source)
+    tree = parse(source)
     answers: set[str] = set()
     needed: set[str] = set()
     for node in tree.body:
@@ -71,7 +73,7 @@ def strip_source(source: str, keep: tuple[str, ...] = (), literals: dict[str, di
         variable = next(iter(_defined(node)), "")
         for argument, literal in literals.get(variable, {}).items():
             if argument in arguments:
-                arguments[argument] = ast.parse(literal, mode="eval").body
+                arguments[argument] = parse(literal, mode="eval").body
         for key in ("reference", "wrong", "shortcuts", "mistakes"):
             answers |= _names(arguments.get(key))
         kept = {"name", "cases", "hints", "level", "kind", "run", "forbidden", "output_names"} | set(keep)
@@ -98,7 +100,7 @@ def strip_source(source: str, keep: tuple[str, ...] = (), literals: dict[str, di
             body.append(node)  # the module's docstring
         elif _defined(node) & needed and "__all__" not in _defined(node):
             body.append(node)
-    stub = ast.parse(STUB).body
+    stub = parse(STUB).body
     first = next(i for i, n in enumerate(body) if not isinstance(n, (ast.Import, ast.ImportFrom, ast.Expr)))
     body[first:first] = stub
     tree.body = body
