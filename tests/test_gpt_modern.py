@@ -14,8 +14,10 @@ import math
 from pathlib import Path
 
 import pytest
+import test_gpt  # noqa: E402 - the shared test model of chapter 10
 import torch
 import torch.nn.functional as F
+from test_gpt import BLOCK, LAYERS, D, H, V, small_config, tokens  # noqa: E402
 from torch import nn
 
 import transformer_lab as tl
@@ -33,7 +35,6 @@ from transformer_lab.modern import (
     soft_cap,
 )
 
-V, BLOCK, D, H, LAYERS = 37, 12, 16, 4, 2
 TOL = dict(rtol=1e-10, atol=1e-10)
 LLAMA3 = RopeScaling(factor=8.0, low_freq_factor=1.0, high_freq_factor=4.0, original_max_position_embeddings=8)
 
@@ -80,24 +81,9 @@ COMBOS: dict[str, dict[str, object]] = {
 EVERY = SWITCHES | COMBOS
 
 
-def small_config(**overrides: object) -> tl.GPTConfig:
-    settings: dict[str, object] = dict(block_size=BLOCK, d_model=D, n_heads=H, n_layers=LAYERS)
-    settings.update(overrides)
-    return tl.GPTConfig(V, **settings)
-
-
 def make_model(overrides: dict[str, object], record: bool = True, seed: int = 0) -> tl.GPT:
-    """A float64 GPT in eval mode with every parameter perturbed (gains away from 1, no zero projection)."""
-    torch.manual_seed(seed)
-    model = tl.GPT(small_config(**overrides)).double().eval()
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(0.1 * torch.randn_like(p))
-    return tl.record_attention(model, record)
-
-
-def tokens(batch: int, length: int, seed: int = 1) -> torch.Tensor:
-    return torch.randint(0, V, (batch, length), generator=torch.Generator().manual_seed(seed))
+    """chapter 10's test model (float64, eval, every parameter perturbed) with the switches in `overrides`."""
+    return test_gpt.make_model(record, seed, **overrides)
 
 
 # ---------------------------------------------------------------- the defaults are chapter 10's model
