@@ -651,3 +651,66 @@ def test_config_is_frozen_and_hashable() -> None:
     assert hash(config) == hash(dataclasses.replace(config))
     with pytest.raises(dataclasses.FrozenInstanceError):
         config.norm = "layer"  # type: ignore[misc]
+
+
+# ---------------------------------------------------------------- training at equal time (chapter 11)
+
+
+def budget_data() -> tuple[torch.Tensor, torch.Tensor]:
+    stream = torch.randint(0, V, (4000,), generator=torch.Generator().manual_seed(3))
+    return stream[:3600], stream[3600:]
+
+
+@pytest.mark.parametrize("clock", ["wall", "cpu"])
+def test_a_time_budget_stops_the_run_and_decays_over_the_time(clock: str) -> None:
+    train, val = budget_data()
+    torch.manual_seed(0)
+    model = tl.GPT(small_config())
+    run = training.train_gpt(
+        model,
+        train,
+        val,
+        steps=100_000,
+        batch_size=4,
+        lr=1e-2,
+        min_lr=1e-4,
+        warmup=3,
+        eval_every=10**6,
+        seconds=0.5,
+        clock=clock,
+        progress=False,
+    )
+    steps = len(run.step)
+    assert 3 < steps < 100_000  # stopped by the clock, not by the step cap
+    assert run.eval_step == [steps] and run.eval_seconds[0] >= 0.5  # the last step, evaluated once
+    assert run.lr[:3] == pytest.approx([1e-2 / 3, 2e-2 / 3, 1e-2])  # the warm-up counts steps
+    assert run.lr[-1] == pytest.approx(1e-4, abs=5e-4)  # the cosine reached min_lr with the time
+    assert all(a >= b for a, b in zip(run.lr[3:], run.lr[4:], strict=False))  # and only decays
+    assert training.TRAINING_CLOCKS[clock] in (__import__("time").perf_counter, __import__("time").process_time)
+
+
+def test_a_step_cap_still_ends_a_timed_run() -> None:
+    train, val = budget_data()
+    torch.manual_seed(0)
+    run = training.train_gpt(
+        tl.GPT(small_config()), train, val, steps=5, batch_size=4, lr=1e-2, warmup=2, seconds=60.0, progress=False
+    )
+    assert run.step == [1, 2, 3, 4, 5] and run.eval_step == [5]
+    assert run.lr[-1] > 1e-3  # the cosine over 60 s had hardly begun
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        (dict(seconds=0.0), "seconds"),
+        (dict(seconds=float("nan")), "seconds"),
+        (dict(seconds=1.0, decay_steps=3), "decay_steps .* cannot be given with seconds"),
+        (dict(clock="gpu"), "clock must be one of"),
+    ],
+)
+def test_bad_time_budgets_are_refused(kwargs: dict, match: str) -> None:
+    train, val = budget_data()
+    with pytest.raises((ValueError, TypeError), match=match):
+        training.train_gpt(
+            tl.GPT(small_config()), train, val, steps=5, batch_size=4, warmup=2, progress=False, **kwargs
+        )

@@ -699,6 +699,8 @@ def train_gpt(
     optimizer: str = "adamw",
     muon_lr: float = 0.02,
     muon_weight_decay: float = 0.0,
+    seconds: float | None = None,
+    clock: str = "wall",
 ) -> TextHistory:
     """Train a `GPT` to predict the next token of `train_data`; returns the `TextHistory` (chapter 10).
 
@@ -736,6 +738,15 @@ def train_gpt(
             the blocks' matrices, AdamW as above (lr, weight_decay, betas) for the embeddings, head and gains.
         muon_lr, muon_weight_decay: Muon's peak learning rate and weight decay; the schedule scales it as it
             scales lr (Muon's rate at each step is muon_lr / lr times AdamW's).
+        seconds: a training-time budget (chapter 11's comparisons at equal time). None: train `steps` steps.
+            Given: train until `seconds` of training time have passed (evaluations excluded), `steps` being
+            only an upper bound; after the `warmup` steps the cosine runs over time, not steps: the rate is
+            min_lr + (lr - min_lr) * (1 + cos(pi * t / seconds)) / 2 at training time t, so every run ends
+            at min_lr whatever its step time, and a slower step pays with fewer steps. decay_steps must then
+            be None. The last step is evaluated (when val_data is given).
+        clock: what `seconds` and `eval_seconds` count: "wall" (`time.perf_counter`) or "cpu"
+            (`time.process_time`, the process's CPU time: on one thread the same as the wall clock of a
+            quiet machine, and unaffected by other programs sharing the cores).
 
     Returns:
         a `TextHistory`; the model is left in eval mode, its attention flags as they were.
@@ -763,6 +774,16 @@ def train_gpt(
         raise ValueError(f"optimizer must be one of {GPT_OPTIMIZERS}, got {optimizer!r}")
     check_number("muon_lr", muon_lr, positive=True)
     check_number("muon_weight_decay", muon_weight_decay, non_negative=True)
+    if seconds is not None:
+        check_number("seconds", seconds, positive=True)
+        if decay_steps is not None and decay_steps != steps:
+            raise ValueError(
+                f"decay_steps ({decay_steps}) cannot be given with seconds ({seconds}): with a time budget the "
+                "cosine decays over the time; leave decay_steps None"
+            )
+    if clock not in TRAINING_CLOCKS:
+        raise ValueError(f"clock must be one of {tuple(TRAINING_CLOCKS)}, got {clock!r}")
+    now = TRAINING_CLOCKS[clock]
     _check_stream_for("train_data", train_data, block, model.config.vocab_size)
     if starts is not None:
         _check_starts(starts, train_data.numel(), block)
@@ -795,7 +816,7 @@ def train_gpt(
     flags = _fast_path_flags(model)
     record_attention(model, False)
     history = TextHistory()
-    start = time.perf_counter()
+    start = now()
     evaluating = 0.0  # seconds spent evaluating, left out of eval_seconds
     model.train()
     bar = tqdm(
@@ -807,7 +828,10 @@ def train_gpt(
     finished = False
     try:
         for step in bar:
-            rate = cosine_lr(step - 1, lr, min_lr, warmup, decay_steps)
+            if seconds is None:
+                rate = cosine_lr(step - 1, lr, min_lr, warmup, decay_steps)
+            else:
+                rate = _timed_cosine_lr(step - 1, now() - start - evaluating, seconds, lr, min_lr, warmup)
             for group, scale in zip(optimizer.param_groups, scales, strict=True):
                 group["lr"] = rate * scale
             with trusted():  # train_data and starts were checked above
@@ -827,21 +851,37 @@ def train_gpt(
             history.loss.append((parallel.sum(loss.detach()) / parallel.world_size).item())  # the global loss
             if not math.isfinite(history.loss[-1]):
                 raise FloatingPointError(f"the loss became {history.loss[-1]} at step {step}; lower lr")
-            if val_data is not None and (step % eval_every == 0 or step == steps):
-                begun = time.perf_counter()
+            trained = now() - start - evaluating
+            last = step == steps or (seconds is not None and trained >= seconds)
+            if val_data is not None and (step % eval_every == 0 or last):
+                begun = now()
                 history.eval_step.append(step)
                 history.eval_seconds.append(begun - start - evaluating)
                 history.val_loss.append(validation_loss())
-                evaluating += time.perf_counter() - begun
+                evaluating += now() - begun
                 bar.set_postfix(loss=f"{history.loss[-1]:.3f}", val=f"{history.val_loss[-1]:.3f}")
+            if last:
+                break
         finished = True
     finally:
         bar.close()
         _restore_flags(flags)
         model.eval()
         parallel.close(wait=finished)
-    history.seconds = time.perf_counter() - start
+    history.seconds = now() - start
     return history
+
+
+#: The clocks `train_gpt(clock=...)` can count training time with.
+TRAINING_CLOCKS: dict[str, Any] = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
+def _timed_cosine_lr(step: int, elapsed: float, seconds: float, lr: float, min_lr: float, warmup: int) -> float:
+    """`train_gpt`'s rate under a time budget: `cosine_lr`'s warm-up by steps, then a cosine over the time."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    ratio = min(max(elapsed / seconds, 0.0), 1.0)
+    return min_lr + (lr - min_lr) * 0.5 * (1.0 + math.cos(math.pi * ratio))
 
 
 def save_gpt(
