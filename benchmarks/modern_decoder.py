@@ -1,0 +1,409 @@
+"""Chapter 11's measurements: each modern change at equal training time, and the full modern model's headline.
+
+    python benchmarks/modern_decoder.py ablation              # every variant x 3 seeds, two at a time (CPU-hours)
+    python benchmarks/modern_decoder.py ablation --jobs 1     # one at a time, on a quiet machine
+    python benchmarks/modern_decoder.py table                 # the table of the log (mean, spread, verdict)
+    python benchmarks/modern_decoder.py headline              # chapter 10 against the full modern model (minutes)
+
+The model is chapter 10's (d_model 128, 4 layers, 4 heads, context 64, batch 12, Tiny Shakespeare characters,
+the loss `tl.training.evaluate_text` over the whole validation split). Every run trains on one thread.
+
+**ablation**: first chapter 10's own recipe (`gpt_recipe.CHAPTER_RECIPE`, 1400 AdamW steps) once per seed; the
+mean of their training times is the budget T. Then every other variant trains for exactly T of training time
+(`train_gpt(seconds=T)`: evaluation excluded, the cosine decays over the time, so a change that makes a step
+slower pays with fewer steps): each change alone added to chapter 10's model ("+ ..."), each removed from the
+full modern model ("- ..."), and the full model. One line per run goes to the log (JSON lines, resumable: a run
+already in the log with the same settings is not repeated). `--clock cpu` counts the process's CPU time instead of
+the wall clock: on one thread the two agree on a quiet machine (each line records both), and CPU time stays fair
+when other programs share the cores.
+
+**table**: per variant the mean final validation loss over the seeds, the spread (max - min), the mean steps,
+and the change against its reference (chapter 10 for "+", the full model for "-"); a change counts as helping
+only when its gain exceeds the larger of the two seed spreads. Writes `benchmarks/results/modern-ablation.md`.
+
+**headline**: one process, one thread: chapter 10's recipe (its 1400 steps, evaluated every 100), then the full
+modern model with its own recipe given half of that training time, then given all of it. Prints the time the
+modern model needs to reach chapter 10's final loss of this run, over chapter 10's time (the issue's target:
+at most 0.5), and its loss at chapter 10's full time (target: 1.70 or lower); exits 1 if the ratio is above 0.5.
+With --write it saves the full-time model as `transformer_lab/assets/gpt_modern_shakespeare.pt` (float16, with
+both histories) and the figures as `transformer_lab/assets/modern_headline.json`, which chapter 11 reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import multiprocessing
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import torch  # noqa: E402
+from gpt_recipe import CHAPTER_RECIPE, MODEL  # noqa: E402
+
+ASSETS = ROOT / "transformer_lab" / "assets"
+LOG = ASSETS / "modern_ablation.jsonl"
+TABLE = ROOT / "benchmarks" / "results" / "modern-ablation.md"
+
+#: The full modern model: nanochat's choices on chapter 10's model (no biases, untied head, rotary positions,
+#: RMSNorm without a weight everywhere and after the embedding, QK norm, ReLU^2, soft-capped logits, zero-initialised
+#: output projections), trained with Muon.
+MODERN: dict[str, Any] = dict(
+    bias=False,
+    tie_embeddings=False,
+    positions="rope",
+    norm="rms_no_weight",
+    embedding_norm=True,
+    qk_norm="rms_no_weight",
+    activation="relu2",
+    logit_softcap=15.0,
+    zero_init_output=True,
+)
+#: Chapter 10's recipe, as a time-budgeted run (its step count replaced by the budget).
+ADAMW_RECIPE: dict[str, Any] = dict(batch_size=12, lr=3e-3, min_lr=1e-4, warmup=30, weight_decay=0.1, clip_norm=1.0)
+#: Chapter 10's recipe itself (its 1400 steps): the reference, and what sets the budget.
+CHAPTER_10: dict[str, Any] = dict(ADAMW_RECIPE, steps=CHAPTER_RECIPE["steps"])
+#: The full modern model's recipe: Muon for the blocks' matrices, AdamW (as chapter 10) for the rest.
+MUON_RECIPE: dict[str, Any] = dict(ADAMW_RECIPE, optimizer="muon", muon_lr=0.02)
+
+#: Each change: its name, and the config fields that make it (on top of chapter 10's / removed from the full model).
+#: GQA and SwiGLU are not in the full model (nanochat uses neither): they are measured added to both.
+CHANGES: dict[str, dict[str, Any]] = {
+    "rotary positions": dict(positions="rope"),
+    "RMSNorm (no weight)": dict(norm="rms_no_weight"),
+    "norm after embedding": dict(embedding_norm=True),
+    "QK norm": dict(qk_norm="rms_no_weight"),
+    "ReLU^2 MLP": dict(activation="relu2"),
+    "no biases": dict(bias=False),
+    "untied head": dict(tie_embeddings=False),
+    "logit soft-cap 15": dict(logit_softcap=15.0),
+    "zero-init projections": dict(zero_init_output=True),
+    "Muon": {},  # the optimizer, not the config
+    "SwiGLU MLP": dict(activation="swiglu"),
+    "GQA (2 KV heads)": dict(n_kv_heads=2),
+}
+#: What a change becomes when removed from the full model (GPT-2's setting).
+GPT2_SETTING: dict[str, dict[str, Any]] = {
+    "rotary positions": dict(positions="learned"),
+    "RMSNorm (no weight)": dict(norm="layer"),
+    "norm after embedding": dict(embedding_norm=False),
+    "QK norm": dict(qk_norm=None),
+    "ReLU^2 MLP": dict(activation="gelu_tanh"),
+    "no biases": dict(bias=True),
+    "untied head": dict(tie_embeddings=True),
+    "logit soft-cap 15": dict(logit_softcap=None),
+    "zero-init projections": dict(zero_init_output=False),
+    "Muon": {},
+}
+ALTERNATIVES = ("SwiGLU MLP", "GQA (2 KV heads)")  # added to the full model too, not removed from it
+
+
+def variants() -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
+    """Every variant of the ablation: name -> (config overrides, recipe)."""
+    out: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {"chapter 10": ({}, ADAMW_RECIPE)}
+    for name, fields in CHANGES.items():
+        out[f"+ {name}"] = (dict(fields), MUON_RECIPE if name == "Muon" else ADAMW_RECIPE)
+    out["full modern"] = (dict(MODERN), MUON_RECIPE)
+    for name, fields in GPT2_SETTING.items():
+        out[f"- {name}"] = (dict(MODERN, **fields), ADAMW_RECIPE if name == "Muon" else MUON_RECIPE)
+    for name in ALTERNATIVES:
+        out[f"full + {name}"] = (dict(MODERN, **CHANGES[name]), MUON_RECIPE)
+    return out
+
+
+# ---------------------------------------------------------------- one run (in a worker process)
+
+_DATA: dict[str, Any] = {}
+
+
+def _init_worker() -> None:
+    torch.set_num_threads(1)
+    os.environ["OMP_NUM_THREADS"] = "1"
+
+
+def _data() -> tuple[Any, Any, Any]:
+    if not _DATA:
+        from transformer_lab.data import TextTokenizer, load_corpus, split_text
+
+        text = load_corpus("shakespeare")
+        tokenizer = TextTokenizer.from_text(text)
+        _DATA["tokenizer"] = tokenizer
+        _DATA["train"], _DATA["val"] = split_text(tokenizer.encode(text))
+    return _DATA["tokenizer"], _DATA["train"], _DATA["val"]
+
+
+def train_one(
+    overrides: dict[str, Any],
+    recipe: dict[str, Any],
+    seed: int,
+    seconds: float | None,
+    clock: str,
+    eval_every: int | None = None,
+) -> tuple[Any, Any, dict[str, Any]]:
+    """Train one variant from seed `seed`; returns (model, history, the log line's measurements)."""
+    from transformer_lab.gpt import GPT, GPTConfig
+    from transformer_lab.training import train_gpt
+
+    tokenizer, train_data, val_data = _data()
+    torch.manual_seed(seed)
+    model = GPT(GPTConfig(tokenizer.vocab_size, **MODEL, **overrides))
+    kwargs = dict(recipe)
+    if seconds is not None:
+        kwargs.update(steps=10**6, seconds=seconds)
+    wall, cpu = time.perf_counter(), time.process_time()
+    history = train_gpt(
+        model, train_data, val_data, seed=seed, progress=False, clock=clock, eval_every=eval_every or 10**7, **kwargs
+    )
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    line = dict(
+        steps=history.step[-1],
+        train_seconds=round(history.eval_seconds[-1], 3),
+        val_loss=round(history.val_loss[-1], 5),
+        run_wall_seconds=round(wall, 2),
+        run_cpu_seconds=round(cpu, 2),
+    )
+    return model, history, line
+
+
+def _job(job: dict[str, Any]) -> dict[str, Any]:
+    _, _, line = train_one(job["overrides"], job["recipe"], job["seed"], job["seconds"], job["clock"])
+    return dict(job, **line)
+
+
+# ---------------------------------------------------------------- ablation
+
+
+def _read_log(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _key(job: dict[str, Any]) -> tuple[str, int, str]:
+    return job["variant"], job["seed"], json.dumps([job["overrides"], job["recipe"], job["clock"]], sort_keys=True)
+
+
+def _run_jobs(jobs: list[dict[str, Any]], n_jobs: int, log: Path) -> list[dict[str, Any]]:
+    done = {_key(line): line for line in _read_log(log)}
+    todo = [job for job in jobs if _key(job) not in done]
+    results = [done[_key(job)] for job in jobs if _key(job) in done]
+    if not todo:
+        return results
+    machine = f"{platform.processor() or platform.machine()}, torch {torch.__version__}"
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(n_jobs, initializer=_init_worker, maxtasksperchild=1) as pool:
+        for line in pool.imap_unordered(_job, todo):
+            line.update(made_on=f"{datetime.date.today()}, {machine}", made_by="python benchmarks/modern_decoder.py")
+            with log.open("a", encoding="utf-8") as f:
+                f.write(json.dumps(line) + "\n")
+            results.append(line)
+            print(
+                f"{line['variant']:>28} seed {line['seed']}: val {line['val_loss']:.4f} after {line['steps']} steps"
+                f" ({line['train_seconds']:.1f} s)",
+                flush=True,
+            )
+    return results
+
+
+def ablation(args: argparse.Namespace) -> int:
+    log = Path(args.log)
+    table = variants()
+    base_jobs = [
+        dict(variant="chapter 10", overrides={}, recipe=CHAPTER_10, seed=s, seconds=None, clock=args.clock)
+        for s in args.seeds
+    ]
+    base = _run_jobs(base_jobs, args.jobs, log)
+    budget = round(statistics.mean(line["train_seconds"] for line in base), 1)
+    print(f"the budget: chapter 10's mean training time, {budget} s ({args.clock} clock)", flush=True)
+    jobs = [
+        dict(variant=name, overrides=overrides, recipe=recipe, seed=s, seconds=budget, clock=args.clock)
+        for s in args.seeds
+        for name, (overrides, recipe) in table.items()
+        if name != "chapter 10"
+    ]
+    _run_jobs(jobs, args.jobs, log)
+    return summarise(args)
+
+
+def _stats(lines: list[dict[str, Any]]) -> dict[str, float]:
+    losses = [line["val_loss"] for line in lines]
+    return dict(
+        mean=statistics.mean(losses),
+        spread=max(losses) - min(losses),
+        n=len(losses),
+        steps=statistics.mean(line["steps"] for line in lines),
+        seconds=statistics.mean(line["train_seconds"] for line in lines),
+    )
+
+
+def summary(lines: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per variant: mean, spread (max - min over seeds), n, steps, seconds; and against its reference."""
+    by: dict[str, list[dict[str, Any]]] = {}
+    for line in lines:
+        by.setdefault(line["variant"], []).append(line)
+    out = {name: _stats(group) for name, group in by.items()}
+    for name, row in out.items():
+        reference = "chapter 10" if name.startswith("+ ") else "full modern" if name != "chapter 10" else None
+        if name == "full modern":
+            reference = "chapter 10"
+        if reference is None or reference not in out:
+            continue
+        ref = out[reference]
+        # "+ X" and "full + X": the change's gain is ref - row; "- X": X's worth is row - ref (removing it costs)
+        gain = row["mean"] - ref["mean"] if name.startswith("- ") else ref["mean"] - row["mean"]
+        noise = max(row["spread"], ref["spread"])
+        row.update(reference=reference, gain=gain, noise=noise, helps=gain > noise, hurts=-gain > noise)
+    return out
+
+
+def summarise(args: argparse.Namespace) -> int:
+    lines = _read_log(Path(args.log))
+    if not lines:
+        print(f"no runs in {args.log}: run the ablation first", file=sys.stderr)
+        return 1
+    rows = summary(lines)
+    clock = lines[0]["clock"]
+    out = [
+        "# Chapter 11's ablation at equal training time",
+        "",
+        f"Made by `python benchmarks/modern_decoder.py ablation` (log: `{Path(args.log).relative_to(ROOT)}`), "
+        f"one thread per run, {clock} clock; {lines[0]['made_on']}.",
+        "Validation loss over the whole split after each variant's training time; spread = max - min over the "
+        "seeds. Gain: for '+ X' and 'full + X', the reference's loss minus the variant's (positive helps); for "
+        "'- X', the variant's minus the full model's (positive: X was helping). 'helps' only when the gain "
+        "exceeds the larger of the two seed spreads.",
+        "",
+        "| variant | seeds | val loss (mean) | spread | steps | seconds | gain | verdict |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for name in variants():
+        if name not in rows:
+            continue
+        r = rows[name]
+        verdict = "" if "gain" not in r else "helps" if r["helps"] else "hurts" if r["hurts"] else "within noise"
+        gain = "" if "gain" not in r else f"{r['gain']:+.4f}"
+        out.append(
+            f"| {name} | {r['n']} | {r['mean']:.4f} | {r['spread']:.4f} | {r['steps']:.0f} | {r['seconds']:.1f} "
+            f"| {gain} | {verdict} |"
+        )
+    text = "\n".join(out) + "\n"
+    print(text)
+    if not args.no_write:
+        TABLE.write_text(text, encoding="utf-8")
+    return 0
+
+
+# ---------------------------------------------------------------- headline
+
+
+def headline(args: argparse.Namespace) -> int:
+    from transformer_lab.training import save_gpt
+
+    _init_worker()
+    tokenizer, _, _ = _data()
+    _, chapter, line = train_one({}, CHAPTER_10, args.seed, None, args.clock, 100)
+    budget = chapter.eval_seconds[-1]
+    target = chapter.val_loss[-1]
+    print(f"chapter 10: validation loss {target:.4f} after {line['steps']} steps, {budget:.1f} s", flush=True)
+    runs = {}
+    for share in (0.5, 1.0):
+        model, history, line = train_one(MODERN, MUON_RECIPE, args.seed, share * budget, args.clock, args.eval_every)
+        runs[share] = (model, history, line)
+        print(
+            f"full modern, {share:.0%} of that time: validation loss {history.val_loss[-1]:.4f} after "
+            f"{line['steps']} steps ({history.eval_seconds[-1]:.1f} s)",
+            flush=True,
+        )
+    half = runs[0.5][1]
+    reached = half.time_to_loss(target)
+    ratio = math.inf if reached is None else reached / budget
+    result = dict(
+        clock=args.clock,
+        seed=args.seed,
+        target=round(target, 5),
+        chapter_seconds=round(budget, 2),
+        chapter_steps=chapter.step[-1],
+        modern_seconds_to_target=None if reached is None else round(reached, 2),
+        ratio=round(ratio, 4) if math.isfinite(ratio) else None,
+        half_time_loss=round(half.val_loss[-1], 5),
+        full_time_loss=round(runs[1.0][1].val_loss[-1], 5),
+        steps={"half": half.step[-1], "full": runs[1.0][1].step[-1]},
+        recipe={"chapter 10": CHAPTER_10, "modern": MUON_RECIPE},
+        config=MODERN,
+        made_by="python benchmarks/modern_decoder.py headline --write",
+        made_on=f"{datetime.date.today()}, {platform.processor() or platform.machine()}, torch {torch.__version__}",
+        histories={
+            "chapter 10": _curve(chapter),
+            "modern, half the time": _curve(half),
+            "modern, the same time": _curve(runs[1.0][1]),
+        },
+    )
+    shown = {k: v for k, v in result.items() if k != "histories"}
+    print(json.dumps(shown, indent=2))
+    ok = math.isfinite(ratio) and ratio <= 0.5
+    print(
+        f"headline: time to chapter 10's loss {target:.4f}, modern / chapter 10 = {ratio:.3f} (target <= 0.5): "
+        f"{'met' if ok else 'NOT met'}; loss at chapter 10's full time {result['full_time_loss']:.4f} "
+        f"(target <= 1.70): {'met' if result['full_time_loss'] <= 1.70 else 'NOT met'}"
+    )
+    if args.write:
+        (ASSETS / "modern_headline.json").write_text(json.dumps(result) + "\n", encoding="utf-8")
+        model = runs[1.0][0]
+        save_gpt(
+            model,
+            ASSETS / "gpt_modern_shakespeare.pt",
+            tokenizer,
+            half=True,
+            recipe=dict(MUON_RECIPE, seconds=round(budget, 2), clock=args.clock),
+            history=_curve(runs[1.0][1]),
+            made_by="python benchmarks/modern_decoder.py headline --write",
+        )
+        print(f"wrote {ASSETS / 'modern_headline.json'} and {ASSETS / 'gpt_modern_shakespeare.pt'}")
+    return 0 if ok else 1
+
+
+def _curve(history: Any) -> dict[str, list[float]]:
+    return dict(
+        eval_step=history.eval_step,
+        eval_seconds=[round(s, 3) for s in history.eval_seconds],
+        val_loss=[round(v, 5) for v in history.val_loss],
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    a = sub.add_parser("ablation", help="every variant at chapter 10's training time, over seeds")
+    a.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    a.add_argument("--jobs", type=int, default=2, help="runs at a time, one thread each (default 2)")
+    a.add_argument("--clock", choices=("wall", "cpu"), default="wall")
+    a.add_argument("--log", default=str(LOG))
+    a.add_argument("--no-write", action="store_true", help="do not write the markdown table")
+    t = sub.add_parser("table", help="the table of the ablation's log")
+    t.add_argument("--log", default=str(LOG))
+    t.add_argument("--no-write", action="store_true")
+    h = sub.add_parser("headline", help="the full modern model against chapter 10, one process")
+    h.add_argument("--seed", type=int, default=0)
+    h.add_argument("--clock", choices=("wall", "cpu"), default="wall")
+    h.add_argument("--eval-every", type=int, default=20, help="the modern runs' steps between evaluations")
+    h.add_argument("--write", action="store_true", help="write the chapter's shipped files")
+    args = parser.parse_args(argv)
+    if args.command == "ablation":
+        return ablation(args)
+    if args.command == "table":
+        return summarise(args)
+    return headline(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
