@@ -87,6 +87,8 @@ _SUBMODULES = (
     "diagnostics",
     "data",
     "training",
+    "loop",
+    "gpt_training",
     "decoding",
     "shipped",
     "i18n",
