@@ -51,6 +51,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import torch  # noqa: E402
 from gpt_recipe import CHAPTER_RECIPE, MODEL  # noqa: E402
 
+from transformer_lab.gpt_training import ablation_summary  # noqa: E402
+
 ASSETS = ROOT / "transformer_lab" / "assets"
 LOG = ASSETS / "modern_ablation.jsonl"
 TABLE = ROOT / "benchmarks" / "results" / "modern-ablation.md"
@@ -74,7 +76,7 @@ ADAMW_RECIPE: dict[str, Any] = dict(batch_size=12, lr=3e-3, min_lr=1e-4, warmup=
 #: Chapter 10's recipe itself (its 1400 steps): the reference, and what sets the budget.
 CHAPTER_10: dict[str, Any] = dict(ADAMW_RECIPE, steps=CHAPTER_RECIPE["steps"])
 #: The full modern model's recipe: Muon for the blocks' matrices, AdamW (as chapter 10) for the rest.
-MUON_RECIPE: dict[str, Any] = dict(ADAMW_RECIPE, optimizer="muon", muon_lr=0.02)
+MUON_RECIPE: dict[str, Any] = dict(ADAMW_RECIPE, optimizer="muon", muon_lr=0.02, warmup=10)
 
 #: Each change: its name, and the config fields that make it (on top of chapter 10's / removed from the full model).
 #: GQA and SwiGLU are not in the full model (nanochat uses neither): they are measured added to both.
@@ -235,43 +237,12 @@ def ablation(args: argparse.Namespace) -> int:
     return summarise(args)
 
 
-def _stats(lines: list[dict[str, Any]]) -> dict[str, float]:
-    losses = [line["val_loss"] for line in lines]
-    return dict(
-        mean=statistics.mean(losses),
-        spread=max(losses) - min(losses),
-        n=len(losses),
-        steps=statistics.mean(line["steps"] for line in lines),
-        seconds=statistics.mean(line["train_seconds"] for line in lines),
-    )
-
-
-def summary(lines: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per variant: mean, spread (max - min over seeds), n, steps, seconds; and against its reference."""
-    by: dict[str, list[dict[str, Any]]] = {}
-    for line in lines:
-        by.setdefault(line["variant"], []).append(line)
-    out = {name: _stats(group) for name, group in by.items()}
-    for name, row in out.items():
-        reference = "chapter 10" if name.startswith("+ ") else "full modern" if name != "chapter 10" else None
-        if name == "full modern":
-            reference = "chapter 10"
-        if reference is None or reference not in out:
-            continue
-        ref = out[reference]
-        # "+ X" and "full + X": the change's gain is ref - row; "- X": X's worth is row - ref (removing it costs)
-        gain = row["mean"] - ref["mean"] if name.startswith("- ") else ref["mean"] - row["mean"]
-        noise = max(row["spread"], ref["spread"])
-        row.update(reference=reference, gain=gain, noise=noise, helps=gain > noise, hurts=-gain > noise)
-    return out
-
-
 def summarise(args: argparse.Namespace) -> int:
     lines = _read_log(Path(args.log))
     if not lines:
         print(f"no runs in {args.log}: run the ablation first", file=sys.stderr)
         return 1
-    rows = summary(lines)
+    rows = ablation_summary(lines)
     clock = lines[0]["clock"]
     out = [
         "# Chapter 11's ablation at equal training time",

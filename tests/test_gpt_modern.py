@@ -305,6 +305,36 @@ def test_rotary_layouts_frequencies_and_relative_positions() -> None:
     assert rotary.rotate is rotate_pairs and RotaryEmbedding(d, 16, layout="halves").rotate is rotate_halves
 
 
+def test_rotate_pairs_in_complex_numbers_is_the_real_formula() -> None:
+    """`rotate_pairs` multiplies complex numbers where it can (float32, float64): the real formula's outputs and
+    gradients, on the strided views of queries and keys the fast path passes, on a view that must be copied first
+    (an odd offset), and in bfloat16, which has no complex type and takes the real formula."""
+
+    def written_out(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        a, b = x[..., 0::2], x[..., 1::2]
+        return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
+
+    d, heads, length = 8, 2, 5
+    tolerance = {torch.float64: TOL, torch.float32: dict(rtol=1e-6, atol=1e-6), torch.bfloat16: dict(rtol=0, atol=0)}
+    for dtype, tol in tolerance.items():
+        cos, sin = RotaryEmbedding(d, 16).tables(dtype)
+        cos, sin = cos[:length], sin[:length]
+        torch.manual_seed(0)
+        packed = torch.randn(3, length, 3 * heads * d, dtype=dtype)  # (B, L, [q; k; v]) as the fast path packs it
+        grad = torch.randn(3, heads, length, d, dtype=dtype)
+        for first in (0, heads * d, 1):  # the queries, the keys, and an odd offset (not viewable as complex)
+            results = []
+            for rotate in (rotate_pairs, written_out):
+                leaf = packed.clone().requires_grad_()
+                x = leaf[..., first : first + heads * d].unflatten(-1, (heads, d)).transpose(1, 2)  # (B, H, L, d)
+                out = rotate(x, cos, sin)
+                out.backward(grad)
+                results.append((out, leaf.grad))
+            (out, grad_in), (expected, expected_grad) = results
+            torch.testing.assert_close(out, expected, **tol)
+            torch.testing.assert_close(grad_in, expected_grad, **tol)
+
+
 def test_llama3_scaling_keeps_short_stretches_long_and_blends_between() -> None:
     """Llama 3's rule, by its definition: wavelengths below L / high_freq_factor kept, above L / low_freq_factor
     divided by the factor, smoothly interpolated in between."""
@@ -366,6 +396,13 @@ def test_feed_forward_variants_are_their_formulas() -> None:
     torch.testing.assert_close(swiglu(x), swiglu.w2(a * torch.sigmoid(a) * swiglu.w3(x)), **TOL)
     with pytest.raises(ValueError, match="d_model"):
         swiglu(torch.randn(2, 3, D + 1, dtype=torch.float64))
+
+
+def test_relu_squared_gradient_is_twice_relu() -> None:
+    """d/dx max(0, x)^2 = 2 max(0, x): the product r * r that `relu_squared` computes has `square`'s gradient."""
+    z = torch.linspace(-3, 3, 13, dtype=torch.float64, requires_grad=True)
+    (gradient,) = torch.autograd.grad(relu_squared(z).sum(), z)
+    assert torch.equal(gradient, 2 * torch.clamp(z.detach(), min=0))
 
 
 def test_logit_softcap_bounds_the_logits() -> None:
@@ -714,3 +751,52 @@ def test_bad_time_budgets_are_refused(kwargs: dict, match: str) -> None:
         training.train_gpt(
             tl.GPT(small_config()), train, val, steps=5, batch_size=4, warmup=2, progress=False, **kwargs
         )
+
+
+# ---------------------------------------------------------------- the ablation's table (chapter 11)
+
+
+def ablation_runs() -> list[dict]:
+    losses = {"chapter 10": 1.86, "+ A": 1.80, "+ B": 1.87, "full modern": 1.70, "- A": 1.75, "full + C": 1.701}
+    return [
+        dict(variant=name, seed=seed, val_loss=loss + 0.01 * seed, steps=100 + seed, train_seconds=10.0)
+        for seed in range(3)
+        for name, loss in losses.items()
+    ]
+
+
+def test_ablation_summary_gives_mean_spread_and_a_verdict_against_the_seed_spread() -> None:
+    table = training.ablation_summary(ablation_runs())
+    assert list(table) == ["chapter 10", "+ A", "+ B", "full modern", "- A", "full + C"]
+    base = table["chapter 10"]
+    assert base["n"] == 3 and base["mean"] == pytest.approx(1.87) and base["spread"] == pytest.approx(0.02)
+    assert base["steps"] == 101 and "gain" not in base
+    assert table["+ A"]["gain"] == pytest.approx(0.06) and table["+ A"]["helps"]  # 0.06 > the spread 0.02
+    assert table["+ B"]["gain"] == pytest.approx(-0.01) and not table["+ B"]["helps"] and not table["+ B"]["hurts"]
+    assert table["- A"]["reference"] == "full modern"
+    assert table["- A"]["gain"] == pytest.approx(0.05) and table["- A"]["helps"]  # removing A costs 0.05
+    assert table["full + C"]["gain"] == pytest.approx(-0.001) and not table["full + C"]["hurts"]
+    assert table["full modern"]["reference"] == "chapter 10" and table["full modern"]["gain"] == pytest.approx(0.16)
+    lonely = training.ablation_summary([r for r in ablation_runs() if r["variant"] == "+ A"])
+    assert "gain" not in lonely["+ A"]  # no reference in the log: no verdict
+
+
+@pytest.mark.parametrize(
+    ("runs", "error", "match"),
+    [({"variant": "x"}, TypeError, "runs must be a list"), ([{"variant": "x"}], ValueError, r"runs\[0\] must be")],
+)
+def test_ablation_summary_refuses_what_is_not_a_log(runs: object, error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
+        training.ablation_summary(runs)  # type: ignore[arg-type]
+
+
+def test_ablation_figure_draws_one_bar_per_change() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    fig = tl.plotting.modern.ablation_gains(training.ablation_summary(ablation_runs()))
+    left, right = fig.axes
+    assert [t.get_text() for t in left.get_yticklabels()] == ["full modern", "+ B", "+ A"]
+    assert [t.get_text() for t in right.get_yticklabels()] == ["full + C", "- A"]
+    with pytest.raises(ValueError, match="no row with a gain"):
+        tl.plotting.modern.ablation_gains({"chapter 10": {"mean": 1.0}})

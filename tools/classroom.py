@@ -362,6 +362,7 @@ def needed_assets(chapters: Sequence[pathlib.Path]) -> set[str]:
         used |= {a for a in assets if a.endswith(".txt") and "CJK" not in a} | {"CORPORA.md"}
     if "gpt" in text.lower():  # chapter 10: its checkpoints and nanoGPT's training log
         used |= {a for a in assets if a.startswith(("gpt", "tang", "shakespeare"))}
+    used |= {a for a in assets if a in text}  # any file a chapter names (chapters 11-12's logs and figures)
     return used & assets
 
 

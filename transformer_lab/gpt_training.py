@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -50,6 +51,7 @@ __all__ = [
     "train_gpt",
     "save_gpt",
     "load_gpt",
+    "ablation_summary",
 ]
 
 
@@ -529,3 +531,52 @@ def _gpt_tokenizer_from_dict(data: object) -> Any:
     if isinstance(data, dict) and "merges" in data:
         return ByteBPE.from_dict(data)
     return TextTokenizer.from_dict(data)  # type: ignore[arg-type]
+
+
+def ablation_summary(runs: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Chapter 11's ablation table from its runs: per variant the mean and spread over seeds, and the verdict.
+
+    Each run is one line of `benchmarks/modern_decoder.py`'s log: a dict with at least "variant", "seed",
+    "val_loss", "steps" and "train_seconds". Variants are named "chapter 10", "full modern", "+ X" (X added to
+    chapter 10's model), "- X" (X removed from the full modern model) and "full + X" (X added to the full model).
+
+    Returns {variant: row}, in the order the variants first appear, each row with: n (seeds), mean (the mean
+    validation loss), spread (max - min over the seeds), steps and seconds (means); and, where the variant's
+    reference is present ("chapter 10" for "+ X" and "full modern", "full modern" for "- X" and "full + X"):
+    reference, gain (how much X lowers the loss: the reference's mean minus the variant's for an added X, the
+    variant's minus the reference's for a removed one), noise (the larger of the two spreads), and helps / hurts:
+    whether the gain, or the loss, exceeds that noise. A change "helps" only when its gain exceeds the seed
+    spread; anything smaller is within noise, whatever its sign.
+    """
+    if isinstance(runs, (str, bytes, Mapping)) or not isinstance(runs, Sequence):
+        raise TypeError(f"runs must be a list of run dicts (the log's lines), got {type(runs).__name__}")
+    groups: dict[str, list[Mapping[str, Any]]] = {}
+    for i, run in enumerate(runs):
+        if not isinstance(run, Mapping) or not {"variant", "val_loss", "steps", "train_seconds"} <= run.keys():
+            raise ValueError(
+                f"runs[{i}] must be a dict with variant, val_loss, steps and train_seconds (a line of the "
+                f"ablation's log), got {run!r}"
+            )
+        groups.setdefault(str(run["variant"]), []).append(run)
+    table: dict[str, dict[str, Any]] = {}
+    for name, group in groups.items():
+        losses = [float(run["val_loss"]) for run in group]
+        table[name] = dict(
+            n=len(group),
+            mean=sum(losses) / len(losses),
+            spread=max(losses) - min(losses),
+            steps=sum(float(run["steps"]) for run in group) / len(group),
+            seconds=sum(float(run["train_seconds"]) for run in group) / len(group),
+        )
+    for name, row in table.items():
+        if name == "chapter 10":
+            continue
+        removed = name.startswith("- ")
+        reference = "chapter 10" if name.startswith("+ ") or name == "full modern" else "full modern"
+        if reference not in table:
+            continue
+        ref = table[reference]
+        gain = row["mean"] - ref["mean"] if removed else ref["mean"] - row["mean"]
+        noise = max(row["spread"], ref["spread"])
+        row.update(reference=reference, gain=gain, noise=noise, helps=gain > noise, hurts=-gain > noise)
+    return table

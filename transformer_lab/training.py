@@ -45,6 +45,7 @@ from transformer_lab.data import CharTokenizer, Example, Task, make_batch
 from transformer_lab.gpt_training import (
     GPT_OPTIMIZERS,  # noqa: F401 - gpt-train's --optimizer choices, imported from here
     TextHistory,
+    ablation_summary,
     cosine_lr,
     evaluate_text,
     load_gpt,
@@ -78,6 +79,7 @@ __all__ = [
     "train_gpt",
     "save_gpt",
     "load_gpt",
+    "ablation_summary",
 ]
 
 # ---------------------------------------------------------------------------------------------
