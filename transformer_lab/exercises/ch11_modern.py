@@ -1,0 +1,475 @@
+"""Exercises of chapter 11, from GPT-2 to a modern decoder (现代解码器): notebooks/11_modern_decoder.ipynb.
+
+1. `soft_cap_logits`: Gemma 2's and nanochat's logit soft-cap, c tanh(z / c) (easy, build).
+2. `predict_kv_cache_bytes`: the KV cache of Llama 3 8B's grouped-query attention at 8192 tokens (medium,
+   predict).
+3. `pairs_to_halves`: the rows of W^Q (or W^K) of a model trained with rotary pairs (2i, 2i+1), moved for the
+   halves layout (i, i + d_k/2) of Hugging Face's checkpoints (medium, transfer).
+4. `muon_update`: one Muon step for one weight matrix: momentum, Newton-Schulz, shape scaling (harder, build);
+   checked in float64 against the published update and in float32 against `torch.optim.Muon` (bfloat16).
+
+Used in the notebook as `from transformer_lab.exercises import ch11_modern as exercises`.
+Shape legend: B batch, T positions, V vocabulary size, H heads, d_k head size, D d_model; a weight is
+(out, in) as nn.Linear stores it.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from transformer_lab.exercises.core import Case, Exercise, Mistake
+from transformer_lab.hf import _halves_to_pairs
+from transformer_lab.modern import soft_cap
+from transformer_lab.muon import Muon, MuonAdamW, _reference_step, make_muon, muon_lr_scale, newton_schulz
+
+__all__ = ["soft_cap_logits", "predict_kv_cache_bytes", "pairs_to_halves", "muon_update"]
+
+
+def _randn(*shape: int, seed: int, dtype: torch.dtype = torch.float32) -> Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+
+
+# --- 1. build: the logit soft-cap ------------------------------------------------------------------
+
+
+def _soft_cap_reference(logits: Tensor, cap: float) -> Tensor:
+    # tanh squashes into (-1, 1) and is close to the identity near 0: tanh(u) ~ u for small u.
+    # Dividing by cap first and multiplying by cap after keeps small logits as they are and bends large
+    # ones smoothly towards +-cap, never past it.
+    return cap * torch.tanh(logits / cap)  # (..., V), the same shape
+
+
+def _soft_cap_not_scaled_back(logits, cap):  # noqa: ANN001, ANN202
+    return torch.tanh(logits / cap)
+
+
+def _soft_cap_raw_tanh(logits, cap):  # noqa: ANN001, ANN202
+    return cap * torch.tanh(logits)
+
+
+def _soft_cap_clamped(logits, cap):  # noqa: ANN001, ANN202
+    return torch.clamp(logits, -cap, cap)
+
+
+def _soft_cap_with_library(logits, cap):  # noqa: ANN001, ANN202
+    return soft_cap(logits, cap)
+
+
+soft_cap_logits = Exercise(
+    "soft_cap_logits",
+    reference=_soft_cap_reference,
+    cases=[
+        Case("small logits, cap 15", lambda: (torch.tensor([-2.0, -0.5, 0.0, 0.5, 2.0]), 15.0)),
+        Case("logits far beyond the cap", lambda: (torch.tensor([-300.0, -40.0, 16.0, 60.0, 1000.0]), 15.0)),
+        Case("a row of logits (1, V), cap 30 as Gemma 2", lambda: (_randn(1, 12, seed=1100) * 40, 30.0)),
+        Case("(B, T, V) logits in float64", lambda: (_randn(2, 3, 7, seed=1101, dtype=torch.float64) * 20, 15.0)),
+        Case("a small cap, 1.0", lambda: (_randn(4, 5, seed=1102) * 3, 1.0)),
+    ],
+    hints=[
+        "torch.tanh squashes any number into (-1, 1), and near 0 it is almost the identity: tanh(u) ~ u.",
+        "To squash into (-cap, cap) instead, scale the output of tanh by cap. What must the input of tanh be so "
+        "that a small logit z comes out as about z again?",
+        "Divide the logits by cap before tanh, multiply by cap after. Keep the shape and the dtype.",
+    ],
+    level="easy",
+    kind="build",
+    mistakes=[
+        Mistake(
+            _soft_cap_not_scaled_back,
+            "every result lies in (-1, 1): the output of tanh was not scaled back by the cap.",
+        ),
+        Mistake(
+            _soft_cap_raw_tanh,
+            "tanh was taken of the raw logits: a logit of 2 became cap tanh(2), almost the cap itself, so small "
+            "logits are no longer kept as they are.",
+        ),
+        Mistake(
+            _soft_cap_clamped,
+            "the logits were clipped at the cap: a hard clip keeps every value below the cap unchanged and has a "
+            "zero gradient beyond it; the soft-cap bends every value a little, and smoothly.",
+        ),
+    ],
+    forbidden=[soft_cap],
+    why=(
+        "For |z| much smaller than c the cap changes almost nothing (tanh(u) ~ u - u^3/3), and no logit gets past "
+        "+-c, however large. nanochat caps its logits at 15; Gemma 2 caps its final logits at 30 and its attention "
+        "scores at 50."
+    ),
+    shortcuts=[_soft_cap_with_library],
+)
+
+
+# --- 2. predict: the KV cache of a grouped-query model ----------------------------------------------
+
+
+def _kv_cache_bytes_reference() -> int:
+    layers, kv_heads, head_dim, tokens, bytes_per_number = 32, 8, 128, 8192, 2  # bfloat16: 2 bytes
+    # Each layer keeps a key AND a value for every key/value head at every position: 2 x 8 x 8192 x 128 numbers.
+    # The 32 query heads share the 8 key/value heads (4 each): the cache holds only the 8.
+    return 2 * layers * kv_heads * tokens * head_dim * bytes_per_number  # 1,073,741,824 = 1 GiB
+
+
+_KV_GIB = 1 << 30
+
+predict_kv_cache_bytes = Exercise(
+    "predict_kv_cache_bytes",
+    reference=_kv_cache_bytes_reference,
+    cases=[Case("your bytes for Llama 3 8B, one sequence of 8192 tokens, bfloat16", lambda: ())],
+    hints=[
+        "The cache keeps, in every layer, the keys and the values of every position so far. Which heads does it "
+        "keep them for: the 32 query heads or the 8 key/value heads?",
+        "Count the numbers of one layer first: (keys and values) x (key/value heads) x (positions) x (head size). "
+        "Then all layers, then bytes: a bfloat16 number takes 2 bytes.",
+        "2 x 8 x 8192 x 128 numbers per layer, times 32 layers, times 2 bytes.",
+    ],
+    level="medium",
+    kind="predict",
+    wrong=[lambda: 4 * _KV_GIB, lambda: _KV_GIB // 2, lambda: 2 * _KV_GIB, lambda: _KV_GIB // 32, lambda: _KV_GIB // 8],
+    why=(
+        "1,073,741,824 bytes, 1 GiB: 2 (keys, values) x 32 layers x 8 key/value heads x 8192 positions x 128 "
+        "features x 2 bytes. With one key/value head per query head (multi-head attention) it would be 4 GiB; "
+        "grouped-query attention shares each key/value head among 4 query heads and divides the cache by 4. "
+        "The weights themselves take about 16 GB in bfloat16, so a few long sequences at once would cost as "
+        "much as the model."
+    ),
+    explain={
+        4 * _KV_GIB: "that is the cache of multi-head attention, one key/value head per query head: Llama 3 8B "
+        "keeps keys and values for its 8 key/value heads only.",
+        _KV_GIB // 2: "the cache keeps the values as well as the keys: two tensors per layer.",
+        2 * _KV_GIB: "bfloat16 takes 2 bytes a number, not 4.",
+        _KV_GIB // 32: "that is one layer's cache; each of the 32 layers has its own keys and values.",
+        _KV_GIB // 8: "each of the 8 key/value heads keeps keys and values of its own: count every head.",
+    },
+)
+
+
+# --- 3. transfer: rotary pairs -> halves, rows of W^Q ------------------------------------------------
+
+
+def _pairs_to_halves_reference(weight: Tensor, n_heads: int) -> Tensor:
+    rows = weight.shape[0]
+    d_k = rows // n_heads
+    # Row h * d_k + 2i + m is member m (0 or 1) of pair i of head h: split the rows into those three indices.
+    w = weight.reshape(n_heads, d_k // 2, 2, *weight.shape[1:])  # (H, d_k/2 pairs, 2 members, ...)
+    # The halves layout keeps every head's first members first, then its second members: (H, 2, d_k/2, ...),
+    # so member m of pair i moves to row m * d_k/2 + i of its head.
+    return w.transpose(1, 2).reshape(weight.shape)  # (H * d_k, ...), within each head: 0, 2, 4, ..., 1, 3, 5, ...
+
+
+def _halves_to_pairs_by_hand(weight, n_heads):  # noqa: ANN001, ANN202
+    d_k = weight.shape[0] // n_heads
+    w = weight.reshape(n_heads, 2, d_k // 2, *weight.shape[1:])  # the inverse: reads halves, writes pairs
+    return w.transpose(1, 2).reshape(weight.shape)
+
+
+def _pairs_to_halves_one_head(weight, n_heads):  # noqa: ANN001, ANN202
+    rows = weight.shape[0]
+    w = weight.reshape(rows // 2, 2, *weight.shape[1:])  # the whole matrix as one head
+    return w.transpose(0, 1).reshape(weight.shape)
+
+
+def _pairs_to_halves_columns(weight, n_heads):  # noqa: ANN001, ANN202
+    if weight.dim() < 2:
+        return weight.clone()
+    cols = weight.shape[1]
+    return weight.reshape(weight.shape[0], cols // 2, 2).transpose(1, 2).reshape(weight.shape)  # moves columns
+
+
+def _pairs_to_halves_with_library(weight, n_heads):  # noqa: ANN001, ANN202
+    d_k = weight.shape[0] // n_heads
+    order = _halves_to_pairs(torch.arange(d_k, dtype=torch.float64), 1, d_k).long()  # the inverse's order
+    inverse = torch.argsort(order)
+    return weight.reshape(n_heads, d_k, *weight.shape[1:])[:, inverse].reshape(weight.shape)
+
+
+pairs_to_halves = Exercise(
+    "pairs_to_halves",
+    reference=_pairs_to_halves_reference,
+    cases=[
+        Case("one head, d_k = 8, D = 3", lambda: (_randn(8, 3, seed=1110), 1)),
+        Case("two heads, d_k = 8", lambda: (_randn(16, 5, seed=1111), 2)),
+        Case("four heads, d_k = 6 (W^Q of a small model)", lambda: (_randn(24, 8, seed=1112), 4)),
+        Case("a QK-norm gain (d_k,), one head, d_k = 12", lambda: (_randn(12, seed=1113) + 1, 1)),
+        Case("W^K of 2 key/value heads, d_k = 10, float64", lambda: (_randn(20, 7, seed=1114, dtype=torch.float64), 2)),
+    ],
+    hints=[
+        "Only the order of the rows changes, and only within each head: head h owns rows h * d_k to "
+        "(h + 1) * d_k - 1, before and after.",
+        "In the pairs layout, row 2i + m of a head is member m of pair i; in the halves layout, member m of pair i "
+        "is row m * d_k/2 + i. Where do rows 0, 1, 2, 3 of a head with d_k = 8 go?",
+        "reshape the rows into (heads, d_k/2 pairs, 2 members, ...), swap the pair and member axes, and reshape "
+        "back to the weight's shape.",
+    ],
+    level="medium",
+    kind="transfer",
+    mistakes=[
+        Mistake(
+            _halves_to_pairs_by_hand,
+            "the rows moved the other way round: this is the permutation from the halves layout to the pairs "
+            "one (what tl.hf does when it reads a Hugging Face checkpoint into the pairs layout).",
+        ),
+        Mistake(
+            _pairs_to_halves_one_head,
+            "the whole matrix was treated as one head: each head's rows must stay inside that head's block, and "
+            "each head has its own pairs.",
+        ),
+        Mistake(
+            _pairs_to_halves_columns,
+            "the columns moved: RoPE turns pairs of output features of W^Q, which are its rows; its columns are "
+            "the model's input features and stay where they are.",
+        ),
+    ],
+    forbidden=[_halves_to_pairs],
+    why=(
+        "Moving the rows of W^Q and W^K the same way in every head leaves every score q . k unchanged, "
+        "since both sides of the dot product move alike: the model is the same, only its features are stored in "
+        "another order. W^V and W^O do not move. tl.hf applies the inverse permutation when it reads a Hugging "
+        "Face checkpoint into the pairs layout."
+    ),
+    shortcuts=[_pairs_to_halves_with_library],
+)
+
+
+# --- 4. build: one Muon step -------------------------------------------------------------------------
+
+#: torch.optim.Muon rounds Newton-Schulz to bfloat16: its update is 1-2 % (relative, Frobenius norm) away from the
+#: exact one on these shapes (measured; tests/test_muon.py). A float32 update counts as torch's within 3 %.
+TORCH_RTOL = 3e-2
+
+
+def _muon_reference(weight: Tensor, grad: Tensor, buffer: Tensor, lr: float, momentum: float = 0.95) -> tuple:
+    a, b, c = 3.4445, -4.7750, 2.0315  # the quintic's coefficients
+    new_buffer = momentum * buffer + (1 - momentum) * grad  # M <- beta M + (1 - beta) G
+    update = (1 - momentum) * grad + momentum * new_buffer  # Nesterov: U = (1 - beta) G + beta M
+    tall = update.shape[0] > update.shape[1]
+    x = update.T if tall else update  # (n, m) with n <= m: the Gram matrix x x^T is the smaller one
+    x = x / (torch.sqrt((x * x).sum()) + 1e-7)  # Frobenius norm >= every singular value: now all <= 1
+    for _ in range(5):
+        gram = x @ x.T  # A = X X^T, (n, n)
+        x = a * x + (b * gram + c * gram @ gram) @ x  # p(s) = a s + b s^3 + c s^5 on every singular value
+    ortho = x.T if tall else x  # O ~ the orthogonal factor of U, (out, in)
+    scale = math.sqrt(max(1.0, weight.shape[0] / weight.shape[1]))  # sqrt(max(1, out / in))
+    return weight - lr * scale * ortho, new_buffer  # W <- W - lr s O, and the new momentum
+
+
+def _muon_no_nesterov(weight, grad, buffer, lr, momentum=0.95):  # noqa: ANN001, ANN202
+    m = momentum * buffer + (1 - momentum) * grad
+    return weight - lr * _scale(weight) * _ns(m), m  # steps along M itself
+
+
+def _muon_swapped_momentum(weight, grad, buffer, lr, momentum=0.95):  # noqa: ANN001, ANN202
+    m = (1 - momentum) * buffer + momentum * grad  # the weights of the average swapped
+    u = (1 - momentum) * grad + momentum * m
+    return weight - lr * _scale(weight) * _ns(u), m
+
+
+def _muon_not_normalised(weight, grad, buffer, lr, momentum=0.95):  # noqa: ANN001, ANN202
+    m = momentum * buffer + (1 - momentum) * grad
+    u = (1 - momentum) * grad + momentum * m
+    return weight - lr * _scale(weight) * _ns(u, normalise=False), m
+
+
+def _muon_no_scaling(weight, grad, buffer, lr, momentum=0.95):  # noqa: ANN001, ANN202
+    m = momentum * buffer + (1 - momentum) * grad
+    u = (1 - momentum) * grad + momentum * m
+    return weight - lr * _ns(u), m  # every shape moved by lr alone
+
+
+def _muon_ascent(weight, grad, buffer, lr, momentum=0.95):  # noqa: ANN001, ANN202
+    m = momentum * buffer + (1 - momentum) * grad
+    u = (1 - momentum) * grad + momentum * m
+    return weight + lr * _scale(weight) * _ns(u), m  # uphill
+
+
+def _scale(weight: Tensor) -> float:
+    return math.sqrt(max(1.0, weight.shape[0] / weight.shape[1]))
+
+
+def _ns(update: Tensor, normalise: bool = True) -> Tensor:
+    """Five quintic Newton-Schulz steps, for the wrong answers above (each keeps its own mistake)."""
+    x = update.T if update.shape[0] > update.shape[1] else update
+    if normalise:
+        x = x / (x.norm() + 1e-7)
+    for _ in range(5):
+        gram = x @ x.T
+        x = 3.4445 * x + (-4.7750 * gram + 2.0315 * gram @ gram) @ x
+    return x.T if update.shape[0] > update.shape[1] else x
+
+
+def _muon_with_package(weight, grad, buffer, lr, momentum=0.95):  # noqa: ANN001, ANN202
+    p = torch.nn.Parameter(weight.clone())
+    optimizer = Muon([p], lr=lr, momentum=momentum)
+    optimizer.state[p]["momentum_buffer"] = buffer.clone()
+    p.grad = grad.clone()
+    optimizer.step()
+    return p.detach(), optimizer.state[p]["momentum_buffer"]
+
+
+def _muon_with_torch(weight, grad, buffer, lr, momentum=0.95):  # noqa: ANN001, ANN202
+    p = torch.nn.Parameter(weight.clone())
+    optimizer = torch.optim.Muon([p], lr=lr, weight_decay=0.0, momentum=momentum)
+    optimizer.state[p]["momentum_buffer"] = buffer.clone()
+    p.grad = grad.clone()
+    optimizer.step()
+    return p.detach(), optimizer.state[p]["momentum_buffer"]
+
+
+def _muon_with_newton_schulz(weight, grad, buffer, lr, momentum=0.95):  # noqa: ANN001, ANN202
+    m = momentum * buffer + (1 - momentum) * grad
+    u = (1 - momentum) * grad + momentum * m
+    return weight - lr * muon_lr_scale(weight.shape) * newton_schulz(u), m
+
+
+def _muon_with_reference(weight, grad, buffer, lr, momentum=0.95):  # noqa: ANN001, ANN202
+    w, m = _reference_step(weight, grad, buffer, lr=lr, momentum=momentum)
+    return w.to(weight.dtype), m.to(weight.dtype)
+
+
+@functools.cache
+def _torch_muon_result(shape: tuple[int, int], seed: int, later: bool, lr: float, momentum: float) -> tuple:
+    """torch.optim.Muon's step (Newton-Schulz in bfloat16) on the float32 problem `_muon_problem` makes."""
+    weight, grad, buffer = _muon_problem(shape, seed, later, torch.float32)
+    p = torch.nn.Parameter(weight)
+    optimizer = torch.optim.Muon([p], lr=lr, weight_decay=0.0, momentum=momentum)  # torch's default decay is 0.1
+    optimizer.state[p]["momentum_buffer"] = buffer
+    p.grad = grad
+    optimizer.step()
+    return p.detach().clone(), optimizer.state[p]["momentum_buffer"].clone()
+
+
+def _muon_problem(shape: tuple[int, int], seed: int, later: bool, dtype: torch.dtype) -> tuple[Tensor, Tensor, Tensor]:
+    """A weight (0.1 scale), a gradient of norm well above 1e-7 and a momentum buffer (zero at the first step)."""
+    g = torch.Generator().manual_seed(seed)
+    weight = 0.1 * torch.randn(shape, generator=g, dtype=torch.float64)
+    grad = 20.0 * torch.randn(shape, generator=g, dtype=torch.float64)
+    buffer = torch.zeros(shape, dtype=torch.float64)
+    if later:  # a step after the first: the buffer holds an average of earlier gradients
+        buffer = 2.0 * torch.randn(shape, generator=g, dtype=torch.float64)
+    return weight.to(dtype), grad.to(dtype), buffer.to(dtype)
+
+
+def _muon_case(name: str, shape: tuple[int, int], seed: int, later: bool = True, momentum: float = 0.95) -> Case:
+    """float64: compared with the published update to 1e-9."""
+    return Case(
+        name,
+        lambda: (*_muon_problem(shape, seed, later, torch.float64), 0.02, momentum),
+        atol=1e-9,
+        rtol=1e-9,
+    )
+
+
+def _torch_case(name: str, shape: tuple[int, int], seed: int, later: bool = True, momentum: float = 0.95) -> Case:
+    """float32: compared with torch.optim.Muon's own step (see `_run_muon`); its inputs stay as they are in a
+    graded class's hidden case, since torch's result is computed for them."""
+    return Case(
+        name,
+        lambda: (
+            *_muon_problem(shape, seed, later, torch.float32),
+            0.02,
+            momentum,
+            tuple(t.clone() for t in _torch_muon_result(shape, seed, later, 0.02, momentum)),
+        ),
+        atol=1e-7,
+        rtol=1e-6,
+        hidden="same",
+    )
+
+
+def _run_muon(
+    candidate: Any,
+    weight: Tensor,
+    grad: Tensor,
+    buffer: Tensor,
+    lr: float,
+    momentum: float,
+    torch_result: tuple[Tensor, Tensor] | None = None,
+) -> Any:
+    """Call `candidate(weight, grad, buffer, lr, momentum)`.
+
+    In a torch.optim.Muon case (`torch_result` given: torch's new weight and buffer) an answer within bfloat16's
+    precision of torch's step counts as torch's step: when its update (new weight - weight) is within TORCH_RTOL of
+    torch's (relative, Frobenius norm) and its buffer equals torch's to float32 rounding, torch's result is returned,
+    which is what the check then compares (the reference's float32 step is such an answer: tested). Any other
+    answer is returned as it is, and the check shows where it differs from torch's."""
+    got = candidate(weight, grad, buffer, lr, momentum)
+    if torch_result is None:
+        return got
+    if not (isinstance(got, (tuple, list)) and len(got) == 2 and all(isinstance(t, Tensor) for t in got)):
+        return got
+    new_weight, new_buffer = got
+    if new_weight.shape != weight.shape or new_buffer.shape != buffer.shape or new_weight.device != weight.device:
+        return got
+    if not (new_weight.is_floating_point() and new_buffer.is_floating_point()):
+        return got
+    torch_weight, torch_buffer = torch_result
+    theirs = torch_weight.double() - weight.double()  # torch's update, (out, in)
+    mine = new_weight.detach().double() - weight.double()
+    close_update = bool((mine - theirs).norm() <= TORCH_RTOL * theirs.norm())
+    close_buffer = torch.allclose(new_buffer.detach().double(), torch_buffer.double(), rtol=1e-5, atol=1e-6)
+    return (torch_weight.clone(), torch_buffer.clone()) if close_update and close_buffer else got
+
+
+muon_update = Exercise(
+    "muon_update",
+    reference=_muon_reference,
+    cases=[
+        _muon_case("the first step (zero momentum), a square matrix (float64)", (8, 8), seed=1120, later=False),
+        _muon_case("a later step, a wide matrix (6, 12) (float64)", (6, 12), seed=1121),
+        _muon_case("a tall matrix (12, 6) (float64)", (12, 6), seed=1122),
+        _muon_case("momentum 0.9 (float64)", (10, 10), seed=1123, momentum=0.9),
+        _torch_case("as torch.optim.Muon computes it, square (float32, bfloat16 Newton-Schulz)", (16, 16), seed=1124),
+        _torch_case("as torch.optim.Muon computes it, tall (24, 8)", (24, 8), seed=1125),
+    ],
+    hints=[
+        "Three steps, in this order: the momentum (an average of the gradients), the Newton-Schulz iteration on "
+        "the Nesterov update, the step itself. Return new tensors; do not change weight, grad or buffer in place.",
+        "Momentum: M = beta buffer + (1 - beta) grad, and the update U = (1 - beta) grad + beta M. Newton-Schulz: "
+        "if U is tall, work on U.T; divide by its Frobenius norm + 1e-7; five times A = X X^T, "
+        "X = a X + (b A + c A A) X with (a, b, c) = (3.4445, -4.7750, 2.0315); transpose back.",
+        "The step: weight - lr * sqrt(max(1, out / in)) * O, where (out, in) is the weight's shape. Compute in "
+        "the inputs' dtype (the float64 cases compare to 1e-9).",
+    ],
+    level="harder",
+    kind="build",
+    run=_run_muon,
+    mistakes=[
+        Mistake(
+            _muon_no_nesterov,
+            "the step followed the momentum M itself: the published update (Nesterov momentum, torch's default) "
+            "orthogonalises (1 - beta) G + beta M, which looks one step ahead.",
+        ),
+        Mistake(
+            _muon_swapped_momentum,
+            "the momentum kept 1 - beta of the old average and beta of the new gradient: the other way round, so "
+            "it forgets almost everything at each step.",
+        ),
+        Mistake(
+            _muon_not_normalised,
+            "Newton-Schulz started from the unscaled update: its singular values must first be brought below 1 "
+            "(divide by the Frobenius norm), or the polynomial drives them away from 1 instead of towards it.",
+        ),
+        Mistake(
+            _muon_no_scaling,
+            "the tall matrix moved by lr alone: Muon multiplies the step of a matrix with more rows than columns "
+            "by sqrt(out / in), so that its update has a comparable size.",
+        ),
+        Mistake(
+            _muon_ascent,
+            "the weight moved uphill: the step is subtracted, as in gradient descent.",
+        ),
+    ],
+    forbidden=[Muon, MuonAdamW, make_muon, newton_schulz, muon_lr_scale, _reference_step, torch.optim.Muon],
+    output_names=["your new weight", "your new momentum buffer"],
+    why=(
+        "The momentum averages the gradients; Newton-Schulz moves every singular value of the update towards 1, "
+        "so the step moves the matrix along all its directions alike rather than mostly along the few largest; "
+        "the shape factor gives tall and wide matrices steps of comparable size. torch.optim.Muon computes the "
+        "same five steps in bfloat16, which is why it agrees with you only to about 2 %."
+    ),
+    shortcuts=[_muon_with_package, _muon_with_torch, _muon_with_newton_schulz, _muon_with_reference],
+)
