@@ -777,6 +777,10 @@ def test_ablation_summary_gives_mean_spread_and_a_verdict_against_the_seed_sprea
     assert table["- A"]["gain"] == pytest.approx(0.05) and table["- A"]["helps"]  # removing A costs 0.05
     assert table["full + C"]["gain"] == pytest.approx(-0.001) and not table["full + C"]["hurts"]
     assert table["full modern"]["reference"] == "chapter 10" and table["full modern"]["gain"] == pytest.approx(0.16)
+    timed = [dict(r, variant="chapter 10, timed", val_loss=r["val_loss"] - 0.03) for r in ablation_runs()[:1]]
+    with_timed = training.ablation_summary(ablation_runs() + timed)  # chapter 10 trained for the variants' time
+    assert with_timed["+ A"]["reference"] == "chapter 10, timed" and "gain" not in with_timed["chapter 10, timed"]
+    assert with_timed["+ A"]["gain"] == pytest.approx(0.02) and with_timed["- A"]["reference"] == "full modern"
     lonely = training.ablation_summary([r for r in ablation_runs() if r["variant"] == "+ A"])
     assert "gain" not in lonely["+ A"]  # no reference in the log: no verdict
 

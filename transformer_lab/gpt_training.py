@@ -542,11 +542,13 @@ def ablation_summary(runs: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, A
 
     Returns {variant: row}, in the order the variants first appear, each row with: n (seeds), mean (the mean
     validation loss), spread (max - min over the seeds), steps and seconds (means); and, where the variant's
-    reference is present ("chapter 10" for "+ X" and "full modern", "full modern" for "- X" and "full + X"):
-    reference, gain (how much X lowers the loss: the reference's mean minus the variant's for an added X, the
-    variant's minus the reference's for a removed one), noise (the larger of the two spreads), and helps / hurts:
-    whether the gain, or the loss, exceeds that noise. A change "helps" only when its gain exceeds the seed
-    spread; anything smaller is within noise, whatever its sign.
+    reference is in the log, reference, gain, noise, helps and hurts. The reference of "+ X" and "full modern" is
+    "chapter 10, timed" (chapter 10's recipe trained for the same time as the variants), or "chapter 10" (its own
+    1400-step runs) where the log has no timed one; that of "- X" and "full + X" is "full modern". gain is how
+    much X lowers the loss: the reference's mean minus the variant's for an added X, the variant's minus the
+    reference's for a removed one. noise is the larger of the two spreads; helps / hurts say whether the gain, or
+    the loss, exceeds it. A change "helps" only when its gain exceeds the seed spread; anything smaller is within
+    noise, whatever its sign.
     """
     if isinstance(runs, (str, bytes, Mapping)) or not isinstance(runs, Sequence):
         raise TypeError(f"runs must be a list of run dicts (the log's lines), got {type(runs).__name__}")
@@ -569,10 +571,15 @@ def ablation_summary(runs: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, A
             seconds=sum(float(run["train_seconds"]) for run in group) / len(group),
         )
     for name, row in table.items():
-        if name == "chapter 10":
+        if name in ("chapter 10", "chapter 10, timed"):
             continue
         removed = name.startswith("- ")
-        reference = "chapter 10" if name.startswith("+ ") or name == "full modern" else "full modern"
+        if name.startswith("+ ") or name == "full modern":
+            # chapter 10's recipe trained for the same time as the variant, if the log has it (the benchmark's
+            # "chapter 10, timed"); else its own 1400-step runs, which set that time
+            reference = "chapter 10, timed" if "chapter 10, timed" in table else "chapter 10"
+        else:
+            reference = "full modern"
         if reference not in table:
             continue
         ref = table[reference]

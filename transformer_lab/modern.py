@@ -3,8 +3,9 @@
 - `RotaryEmbedding`: rotary position embeddings (RoPE; Su et al., 2021), chapter 08's exercise as a module. Each
   query and key is turned by its own position: pair i of the vector at position t by the angle t * omega_i, with
   omega_i = base^(-2i / d_k). Two layouts of the pairs are in use, and both are conventions:
-      "pairs"  (x_2i, x_2i+1)        chapter 08, the RoPE paper, Meta's original Llama code, nanochat's "interleaved";
-      "halves" (x_i, x_i+d_k/2)      Hugging Face's `rotate_half` (Llama, Qwen3 and most checkpoints on the Hub).
+      "pairs"  (x_2i, x_2i+1)        chapter 08, the RoPE paper, Meta's original Llama code;
+      "halves" (x_i, x_i+d_k/2)      Hugging Face's `rotate_half` (Llama, Qwen3 and most checkpoints on the Hub),
+                                     nanochat.
   A model trained in one layout runs in the other once the rows of W^Q and W^K (and a QK norm's weights) of every
   head are permuted the same way (`tl.hf` does so); scores q . k do not change, since both sides move alike.
   Llama 3's frequency scaling (`RopeScaling`, rope_type "llama3") is supported; other scalings are not.
