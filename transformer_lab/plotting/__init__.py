@@ -2,8 +2,8 @@
 
 A notebook cell that draws is one line: `tl.plotting.attention_heatmap(weights, tokens, tokens)`.
 Modules by topic: style (shared look and primitives), attention (attention maps, masks),
-normalization (chapter 04), encoding (chapter 08), model (chapter 09: schedules, training curves), gpt (chapter 10), modern (chapter 11),
-tokens (chapter 12).
+normalization (chapter 04), encoding (chapter 08), model (chapter 09: schedules, training curves), gpt (chapter 10),
+modern (chapter 11), tokens (chapter 12).
 """
 
 from transformer_lab.plotting.attention import *  # noqa: F403
