@@ -271,9 +271,7 @@ def summarise(args: argparse.Namespace) -> int:
         if name not in rows:
             continue
         r = rows[name]
-        verdict = "" if "gain" not in r else "helps" if r["helps"] else "hurts" if r["hurts"] else "within noise"
-        if "gain" in r and min(r["n"], rows[r["reference"]]["n"]) < 3:
-            verdict = "(fewer than 3 seeds)"  # one seed has no spread to beat
+        verdict = r.get("verdict", "")
         gain = "" if "gain" not in r else f"{r['gain']:+.4f}"
         out.append(
             f"| {name} | {r['n']} | {r['mean']:.4f} | {r['spread']:.4f} | {r['steps']:.0f} | {r['seconds']:.1f} "

@@ -781,6 +781,8 @@ def test_ablation_summary_gives_mean_spread_and_a_verdict_against_the_seed_sprea
     with_timed = training.ablation_summary(ablation_runs() + timed)  # chapter 10 trained for the variants' time
     assert with_timed["+ A"]["reference"] == "chapter 10, timed" and "gain" not in with_timed["chapter 10, timed"]
     assert with_timed["+ A"]["gain"] == pytest.approx(0.02) and with_timed["- A"]["reference"] == "full modern"
+    assert table["+ A"]["verdict"] == "helps" and table["+ B"]["verdict"] == "within noise"
+    assert with_timed["+ A"]["verdict"] == "fewer than 3 seeds"  # its timed reference has one seed
     lonely = training.ablation_summary([r for r in ablation_runs() if r["variant"] == "+ A"])
     assert "gain" not in lonely["+ A"]  # no reference in the log: no verdict
 

@@ -533,6 +533,10 @@ def _gpt_tokenizer_from_dict(data: object) -> Any:
     return TextTokenizer.from_dict(data)  # type: ignore[arg-type]
 
 
+#: The seeds a variant of chapter 11's ablation needs before `ablation_summary` gives it a verdict.
+ABLATION_SEEDS = 3
+
+
 def ablation_summary(runs: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
     """Chapter 11's ablation table from its runs: per variant the mean and spread over seeds, and the verdict.
 
@@ -548,7 +552,8 @@ def ablation_summary(runs: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, A
     much X lowers the loss: the reference's mean minus the variant's for an added X, the variant's minus the
     reference's for a removed one. noise is the larger of the two spreads; helps / hurts say whether the gain, or
     the loss, exceeds it. A change "helps" only when its gain exceeds the seed spread; anything smaller is within
-    noise, whatever its sign.
+    noise, whatever its sign. verdict says it in words: "helps", "hurts", "within noise", or "fewer than 3 seeds"
+    while the variant or its reference has fewer than `ABLATION_SEEDS` runs (a spread of one or two says little).
     """
     if isinstance(runs, (str, bytes, Mapping)) or not isinstance(runs, Sequence):
         raise TypeError(f"runs must be a list of run dicts (the log's lines), got {type(runs).__name__}")
@@ -585,5 +590,10 @@ def ablation_summary(runs: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, A
         ref = table[reference]
         gain = row["mean"] - ref["mean"] if removed else ref["mean"] - row["mean"]
         noise = max(row["spread"], ref["spread"])
-        row.update(reference=reference, gain=gain, noise=noise, helps=gain > noise, hurts=-gain > noise)
+        helps, hurts = gain > noise, -gain > noise
+        if min(row["n"], ref["n"]) < ABLATION_SEEDS:
+            verdict = f"fewer than {ABLATION_SEEDS} seeds"  # too few to know the noise
+        else:
+            verdict = "helps" if helps else "hurts" if hurts else "within noise"
+        row.update(reference=reference, gain=gain, noise=noise, helps=helps, hurts=hurts, verdict=verdict)
     return table

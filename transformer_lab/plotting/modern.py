@@ -18,6 +18,7 @@ from matplotlib.figure import Figure
 from transformer_lab.plotting.style import (
     CMAP_SIGNED,
     check_lengths,
+    check_range,
     course_style,
     curves,
     finite_values,
@@ -38,17 +39,6 @@ def _positive_numbers(name: str, values: object) -> list[float]:
     return [float(v) for v in values]
 
 
-def _x_range(x_range: object) -> tuple[float, float]:
-    if (
-        not isinstance(x_range, (tuple, list))
-        or len(x_range) != 2
-        or not all(isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v) for v in x_range)
-        or not x_range[0] < x_range[1]
-    ):
-        raise ValueError(f"x_range must be two finite numbers (low, high) with low < high, got {x_range!r}")
-    return float(x_range[0]), float(x_range[1])
-
-
 def soft_cap_curves(caps: Sequence[float] = (5.0, 15.0, 30.0), x_range: tuple[float, float] = (-60.0, 60.0)) -> Figure:
     """The logit soft-cap c tanh(z / c) for each cap c, beside the identity (chapter 11).
 
@@ -57,7 +47,7 @@ def soft_cap_curves(caps: Sequence[float] = (5.0, 15.0, 30.0), x_range: tuple[fl
         x_range: the logits z shown.
     """
     values = _positive_numbers("caps", caps)
-    low, high = _x_range(x_range)
+    low, high = check_range("x_range", x_range)
     z = torch.linspace(low, high, 601, dtype=torch.float64)
     series = {"no cap (identity)": (z.tolist(), z)}
     series.update({f"c = {c:g}": (z.tolist(), c * torch.tanh(z / c)) for c in values})
@@ -94,7 +84,7 @@ def activation_curves(
     unknown = [n for n in names if n not in _ACTIVATIONS]
     if unknown:
         raise ValueError(f"names must be among {sorted(_ACTIVATIONS)}, got {unknown}")
-    low, high = _x_range(x_range)
+    low, high = check_range("x_range", x_range)
     xs = torch.linspace(low, high, 401, dtype=torch.float64)
     fig, axes = new_figure(size=(5.6, 3.8))
     ax = axes[0, 0]

@@ -6,8 +6,6 @@ Shape legend: B batch, T sequence length, D features (d_model).
 
 from __future__ import annotations
 
-import math
-import numbers
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -24,6 +22,7 @@ from transformer_lab.plotting.style import (
     CMAP_SIGNED,
     STYLE,
     check_mapping,
+    check_range,
     course_style,
     curves,
     finite_values,
@@ -311,14 +310,8 @@ def activation_functions(names: Sequence[str] = ("relu", "gelu"), x_range: tuple
     unknown = [n for n in names if n not in known]
     if unknown:
         raise ValueError(f"names must be among {sorted(known)}, got {unknown}")
-    if (
-        not isinstance(x_range, (tuple, list))
-        or len(x_range) != 2
-        or not all(isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v) for v in x_range)
-        or not x_range[0] < x_range[1]
-    ):
-        raise ValueError(f"x_range must be two finite numbers (low, high) with low < high, got {x_range!r}")
-    xs = torch.linspace(x_range[0], x_range[1], 401, dtype=torch.float64)
+    low, high = check_range("x_range", x_range)
+    xs = torch.linspace(low, high, 401, dtype=torch.float64)
     fig, axes = new_figure(size=(5.6, 3.8))
     ax = axes[0, 0]
     curves(ax, {known[n][0]: (xs.tolist(), known[n][1](xs)) for n in names}, title="activation functions", x_title="x")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import numbers
 import pathlib
 from collections.abc import Iterator, Mapping, Sequence
@@ -120,6 +121,18 @@ def probabilities(name: str, values: np.ndarray, what: str) -> np.ndarray:
     if values.size and (values.min() < -1e-3 or values.max() > 1 + 1e-3):
         raise ValueError(f"{name} must hold {what} in [0, 1], got values from {values.min():.4g} to {values.max():.4g}")
     return values
+
+
+def check_range(name: str, value: object) -> tuple[float, float]:
+    """Two finite numbers (low, high) with low < high, e.g. the x range a figure draws a function over."""
+    if (
+        not isinstance(value, (tuple, list))
+        or len(value) != 2
+        or not all(isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v) for v in value)
+        or not value[0] < value[1]
+    ):
+        raise ValueError(f"{name} must be two finite numbers (low, high) with low < high, got {value!r}")
+    return float(value[0]), float(value[1])
 
 
 def check_lengths(name: str, record: Mapping[str, object], *groups: tuple[str, ...]) -> None:
