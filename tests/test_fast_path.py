@@ -253,3 +253,43 @@ def test_packed_projection_is_used_for_self_and_cross_attention(monkeypatch: pyt
     tl.record_attention(layer, True)
     layer(x, memory)
     assert calls == [True, False]  # the explicit path never takes it
+
+
+def test_an_exactly_causal_mask_is_handed_to_the_kernel_as_is_causal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GPT's (T, T) causal mask reaches F.scaled_dot_product_attention as is_causal=True (as nanoGPT calls it, the
+    kernel skipping the blocks above the diagonal), with the same result to the bit; any other mask, a mask of
+    another shape, or dropout keeps attn_mask."""
+    seen = []
+    original = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        seen.append((kwargs.get("is_causal", False), kwargs.get("attn_mask") is not None))
+        return original(*args, **kwargs)
+
+    mha = tl.record_attention(tl.MultiHeadAttention(D, H, dropout=0.0), False)
+    x = torch.randn(B, T, D, requires_grad=True)
+    causal = tl.causal_mask(T)
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    out = mha(x, x, x, causal)
+    assert seen == [(True, False)]
+    upstream = torch.randn_like(out)
+    (grad,) = torch.autograd.grad((out * upstream).sum(), x)
+    # the same module with the mask given to the kernel as a mask: equal outputs and gradients, bit for bit
+    monkeypatch.setattr(tl.multihead, "_is_causal", lambda *args: False)
+    reference = mha(x, x, x, causal)
+    (reference_grad,) = torch.autograd.grad((reference * upstream).sum(), x)
+    assert seen == [(True, False), (False, True)]
+    assert torch.equal(out, reference) and torch.equal(grad, reference_grad)
+    monkeypatch.undo()
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    seen.clear()
+    not_causal = causal.clone()
+    not_causal[3, 0] = False
+    mha(x, x, x, not_causal)  # one entry off: a mask like any other
+    mha(x, x, x, causal.view(1, 1, T, T))  # broadcastable, but not the 2-D causal mask: kept as is
+    mha(x[:, :1], x, x, causal[:1])  # fewer queries than keys
+    dropping = tl.MultiHeadAttention(D, H, dropout=0.5)
+    tl.record_attention(dropping, False).train()
+    dropping(x, x, x, causal)  # dropout draws at random: left to the masked kernel
+    assert seen == [(False, True)] * 4
