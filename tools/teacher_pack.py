@@ -64,6 +64,21 @@ def source_of(function, name: str) -> str:  # noqa: ANN001
     return re.sub(r"^def \w+\(", f"def {name}(", source, count=1, flags=re.M)
 
 
+def shown_answer(exercise, wrong, function: str) -> str:  # noqa: ANN001
+    """A wrong answer as the key shows it: the body of a wrong function, in code; for a one-line lambda (a predict
+    exercise's wrong guess, whose source is the whole `wrong=[...]` line) the value it answers instead."""
+    code = source_of(wrong, function)
+    body = [line for line in code.splitlines()[1:] if line.strip() and not line.strip().startswith("#")]
+    if body and getattr(wrong, "__name__", "") != "<lambda>":
+        return "`" + " ".join(line.strip() for line in body)[:160] + "`"
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            value = wrong(*exercise.cases[0].inputs())
+    except Exception as error:  # noqa: BLE001 - a wrong answer may raise: say which error
+        return f"an answer that raises {type(error).__name__}"
+    return f"the answer `{value!r}`"[:170]
+
+
 def answer_key() -> str:
     out = [
         "# Answer key",
@@ -96,10 +111,7 @@ def answer_key() -> str:
             for wrong in exercise.wrong:
                 with contextlib.redirect_stdout(io.StringIO()):
                     said = first_problem(exercise, wrong)
-                code = source_of(wrong, function)
-                body = [line for line in code.splitlines()[1:] if line.strip() and not line.strip().startswith("#")]
-                shown = " ".join(line.strip() for line in body)[:160]
-                out += [f"- `{shown}`: {said}"]
+                out += [f"- {shown_answer(exercise, wrong, function)}: {said}"]
             out += [""]
     return "\n".join(out).rstrip() + "\n"
 
