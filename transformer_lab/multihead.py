@@ -209,8 +209,8 @@ class MultiHeadAttention(nn.Module):
 
         A mask that is exactly the causal one (T = S, True on and below the diagonal, as GPT's) is given to the
         kernel as `is_causal=True` instead, as nanoGPT does: the kernel then skips the blocks above the diagonal
-        and never reads the mask. The result is the same to the bit on a CPU (tested), so it is done only
-        without dropout, whose random draws could follow another order."""
+        and never reads the mask. The result is the same to the bit on a CPU (tested). It is done only without
+        dropout, whose random draws the two calls might make in another order."""
         dropout_p = self.dropout.p if self.training else 0.0
         gqa = self.n_kv_heads != self.n_heads
         if dropout_p == 0.0 and _is_causal(mask, q.shape[-2], k.shape[-2]):
