@@ -34,6 +34,7 @@ from transformer_lab._checks import (
     is_trusted,
 )
 from transformer_lab.attention import attention
+from transformer_lab.masking import causal_mask
 from transformer_lab.normalization import LayerNorm
 
 __all__ = ["MultiHeadAttention", "record_attention", "repeat_kv_heads"]
@@ -51,7 +52,7 @@ def _is_causal(mask: Tensor | None, queries: int, keys: int) -> bool:
     the diagonal (a few microseconds to check at T = 64)."""
     if mask is None or mask.dtype != torch.bool or mask.shape != (queries, keys) or queries != keys:
         return False
-    return torch.equal(mask, torch.ones(queries, keys, dtype=torch.bool, device=mask.device).tril_())
+    return torch.equal(mask, causal_mask(queries, device=mask.device))
 
 
 class MultiHeadAttention(nn.Module):
