@@ -23,6 +23,8 @@ ZH = [p for p in classroom.chapter_notebooks(ROOT, language="zh") if p.name.star
 EN = [p for p in classroom.chapter_notebooks(ROOT) if p.name.startswith("02")]
 SECRET = 17
 
+pytestmark = pytest.mark.slow  # grades a whole class: notebooks run in the sandbox
+
 
 @pytest.fixture(scope="module")
 def classes(tmp_path_factory):

@@ -33,6 +33,8 @@ CHAPTERS = [p for p in NOTEBOOKS if p.name[:2] in ("01", "04")]
 SECRET = 20261125
 TIMEOUT = 5.0
 
+pytestmark = pytest.mark.slow  # grades a whole class: notebooks run in the sandbox
+
 
 
 @pytest.fixture(autouse=True, scope="module")

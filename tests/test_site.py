@@ -198,8 +198,12 @@ class Visit:
     def __init__(self, context, server: str) -> None:  # noqa: ANN001
         self.origin = urllib.parse.urlsplit(server).netloc
         self.server = server
-        self.page = context.new_page()
+        self.context = context
         self.problems: list[str] = []
+        self._new_page()
+
+    def _new_page(self) -> None:
+        self.page = self.context.new_page()
         self.page.route("**/*", self._route)
         self.page.on("console", lambda m: m.type == "error" and self.problems.append(f"console error: {m.text}"))
         self.page.on("pageerror", lambda e: self.problems.append(f"uncaught: {e}"))
@@ -214,19 +218,44 @@ class Visit:
             route.abort()
 
     def open(self, path: str) -> None:
+        """Load the page and wait until MathJax has typeset it, every wait bounded by Playwright's own timer.
+
+        A page that does not get there in time (Chromium starved of CPU on a loaded machine: in a full test run a
+        page once never answered) is loaded once more in a fresh tab, and the retry is recorded in
+        test-artifacts/site/retries.txt; a second failure fails the test. (`page.evaluate` has no timeout: a page
+        whose renderer never answers would hold the test for ever, so the wait is `wait_for_function`'s.)
+        """
+        from playwright.sync_api import Error as PlaywrightError
+
+        try:
+            self._load(path)
+        except PlaywrightError as error:
+            with (ARTIFACTS / "retries.txt").open("a", encoding="utf-8") as log:
+                log.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {path}: {str(error).splitlines()[0]}; loaded again\n")
+            self.page.close()
+            self.problems.clear()
+            self._new_page()
+            self._load(path)
+
+    def _load(self, path: str) -> None:
         self.page.goto(f"{self.server}/{path}")
         self.page.wait_for_load_state("load")
-        # MathJax typesets after the page loaded; its promise settles when every formula is done (or never, if
-        # MathJax failed: a minute at most, then the formulas' count below says what is missing).
-        self.page.evaluate(TYPESET)
+        # MathJax typesets after the page loaded; its promise settles when every formula is done. If MathJax
+        # failed it never settles: after 90 s this is a timeout, and the formulas' count would say what is missing.
+        self.page.wait_for_function(TYPESET, timeout=90_000, polling=200)
 
     def close(self) -> None:
         self.page.close()
 
 
-TYPESET = """async () => {
-    if (!(window.MathJax && MathJax.startup && MathJax.startup.promise)) return;
-    await Promise.race([MathJax.startup.promise, new Promise(resolve => setTimeout(resolve, 60000))]);
+TYPESET = """() => {
+    if (!(window.MathJax && MathJax.startup && MathJax.startup.promise)) return true;
+    if (window.tlTypeset === undefined) {
+        window.tlTypeset = false;
+        const done = () => { window.tlTypeset = true; };
+        MathJax.startup.promise.then(done, done);
+    }
+    return window.tlTypeset;
 }"""
 # Text a reader sees, without code, outputs and typeset formulas (where `$` or `\frac` may legitimately stand).
 PROSE = """() => {
