@@ -38,6 +38,7 @@ import math
 import multiprocessing
 import os
 import platform
+import random
 import statistics
 import sys
 import time
@@ -56,6 +57,7 @@ from transformer_lab.gpt_training import ablation_summary  # noqa: E402
 ASSETS = ROOT / "transformer_lab" / "assets"
 LOG = ASSETS / "modern_ablation.jsonl"
 TABLE = ROOT / "benchmarks" / "results" / "modern-ablation.md"
+COSTS = ROOT / "benchmarks" / "results" / "modern-step-costs.json"
 
 #: The full modern model: nanochat's choices on chapter 10's model (no biases, untied head, rotary positions,
 #: RMSNorm without a weight everywhere and after the embedding, QK norm, ReLU^2, soft-capped logits, zero-initialised
@@ -127,6 +129,17 @@ def variants() -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
     return out
 
 
+def _machine() -> str:
+    """The processor's model name (from /proc/cpuinfo on Linux), else what `platform` knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} CPUs)"
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 # ---------------------------------------------------------------- one run (in a worker process)
 
 _DATA: dict[str, Any] = {}
@@ -182,8 +195,107 @@ def train_one(
 
 
 def _job(job: dict[str, Any]) -> dict[str, Any]:
-    _, _, line = train_one(job["overrides"], job["recipe"], job["seed"], job["seconds"], job["clock"])
+    clock = "wall" if job["clock"] == "steps" else job["clock"]
+    _, _, line = train_one(job["overrides"], job["recipe"], job["seed"], job["seconds"], clock)
+    if job.get("step_cost_ms") is not None:
+        # the training time this many steps take at the step cost measured side by side with chapter 10's (the
+        # budget), kept apart from the time this run happened to take on the machine it ran on
+        line["run_train_seconds"] = line["train_seconds"]
+        line["train_seconds"] = round(line["steps"] * job["step_cost_ms"] / 1000, 3)
     return dict(job, **line)
+
+
+# ---------------------------------------------------------------- step costs, side by side
+
+
+def step_costs(names: list[str], rounds: int, steps: int, seed: int = 0) -> dict[str, list[float]]:
+    """Each variant's training step, timed in turn in this process: {name: [ms per step of each round]}.
+
+    Every variant gets its own model and optimizer, which live through all the rounds; a round times `steps`
+    training steps of each variant in turn (`tl.loop.run_steps`, the training loop itself, at a constant rate), in
+    an order shuffled anew each round, so that a slow minute of the machine falls on all of them alike and no
+    variant is always first. A first round, not timed, warms them up.
+    """
+    from transformer_lab.data import random_windows
+    from transformer_lab.gpt import GPT, GPTConfig
+    from transformer_lab.gpt_training import TextHistory, _gpt_optimizer
+    from transformer_lab.loop import data_parallel, run_steps
+
+    tokenizer, train_data, _ = _data()
+    table = variants()
+    state = {}
+    for name in names:
+        overrides, recipe = table[name]
+        torch.manual_seed(seed)
+        model = GPT(GPTConfig(tokenizer.vocab_size, **MODEL, **overrides))
+        optimizer = _gpt_optimizer(
+            recipe.get("optimizer", "adamw"),
+            model,
+            recipe["lr"],
+            recipe["weight_decay"],
+            (0.9, 0.99),
+            recipe.get("muon_lr", 0.02),
+            0.0,
+        )
+        state[name] = (model, optimizer, torch.Generator().manual_seed(seed), recipe)
+    block, batch = MODEL["block_size"], ADAMW_RECIPE["batch_size"]
+    costs: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds + 1):
+        order = list(names)
+        random.Random(r).shuffle(order)  # no variant always first in its round, or always after the same one
+        for name in order:
+            model, optimizer, generator, recipe = state[name]
+            lr = recipe["lr"] / 3  # a mid-schedule rate: the timing does not depend on it
+
+            def loss(net: torch.nn.Module, generator: torch.Generator = generator) -> torch.Tensor:
+                x, y = random_windows(train_data, block, batch, generator)
+                return torch.nn.functional.cross_entropy(net(x).flatten(0, 1), y.flatten())
+
+            start = time.perf_counter()
+            run_steps(
+                model,
+                data_parallel(model, None),
+                optimizer,
+                TextHistory(),
+                steps=steps,
+                rate=lambda step, trained, lr=lr: lr,
+                base_lr=recipe["lr"],
+                loss=loss,
+                clip_norm=recipe["clip_norm"],
+                progress=False,
+            )
+            if r:  # round 0 warms up
+                costs[name].append((time.perf_counter() - start) / steps * 1000)
+        if r:
+            print(f"round {r}/{rounds}: " + ", ".join(f"{n} {c[-1]:.1f}" for n, c in costs.items()), flush=True)
+    return costs
+
+
+def costs_command(args: argparse.Namespace) -> int:
+    _init_worker()
+    names = [name for name in variants() if name != TIMED_REFERENCE]  # the same run as chapter 10's
+    measured = step_costs(names, args.rounds, args.steps)
+    median = {name: statistics.median(values) for name, values in measured.items()}
+    reference = median["chapter 10"]
+    chapter_steps = CHAPTER_10["steps"]
+    budget = {name: max(1, round(chapter_steps * reference / cost)) for name, cost in median.items()}
+    result = dict(
+        made_by="python benchmarks/modern_decoder.py costs",
+        made_on=f"{datetime.date.today()}, {_machine()}, torch {torch.__version__}",
+        rounds=args.rounds,
+        steps_per_round=args.steps,
+        budget_seconds=round(chapter_steps * reference / 1000, 2),
+        step_ms={name: round(c, 3) for name, c in median.items()},
+        spread_ms={name: [round(min(v), 3), round(max(v), 3)] for name, v in measured.items()},
+        steps=budget,
+    )
+    print(f"{'variant':>28}  ms/step (median; min-max over rounds)  steps in chapter 10's time")
+    for name in names:
+        low, high = result["spread_ms"][name]
+        print(f"{name:>28}  {median[name]:7.2f} ({low:.2f}-{high:.2f})  {budget[name]:5d}")
+    Path(args.out).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    print(f"wrote {_shown(Path(args.out))}: chapter 10's 1400 steps = {result['budget_seconds']} s here")
+    return 0
 
 
 # ---------------------------------------------------------------- ablation
@@ -205,7 +317,7 @@ def _run_jobs(jobs: list[dict[str, Any]], n_jobs: int, log: Path) -> list[dict[s
     results = [done[_key(job)] for job in jobs if _key(job) in done]
     if not todo:
         return results
-    machine = f"{platform.processor() or platform.machine()}, torch {torch.__version__}"
+    machine = f"{_machine()}, torch {torch.__version__}"
     context = multiprocessing.get_context("spawn")
     with context.Pool(n_jobs, initializer=_init_worker, maxtasksperchild=1) as pool:
         for line in pool.imap_unordered(_job, todo):
@@ -224,6 +336,33 @@ def _run_jobs(jobs: list[dict[str, Any]], n_jobs: int, log: Path) -> list[dict[s
 def ablation(args: argparse.Namespace) -> int:
     log = Path(args.log)
     table = variants()
+    if args.budget == "steps":
+        costs = json.loads(Path(args.costs).read_text(encoding="utf-8"))
+        missing = [name for name in table if name != TIMED_REFERENCE and name not in costs["steps"]]
+        if missing:
+            print(f"{args.costs} has no step cost for {missing}: run `costs` again", file=sys.stderr)
+            return 1
+        # each variant's share of chapter 10's training time, in steps: no clock is read while training, so a run
+        # gives the same result at any hour on any machine (to its float rounding)
+        jobs = [
+            dict(
+                variant=name,
+                overrides=overrides,
+                recipe=dict(recipe, steps=costs["steps"][name]),
+                seed=s,
+                seconds=None,
+                clock="steps",
+                step_cost_ms=costs["step_ms"][name],
+                costs_made_on=costs["made_on"],
+            )
+            for s in args.seeds
+            for name, (overrides, recipe) in table.items()
+            if name != TIMED_REFERENCE
+        ]
+        if args.only is not None:
+            jobs = jobs[args.only[0] :: args.only[1]]
+        _run_jobs(jobs, args.jobs, log)
+        return 0 if args.no_table else summarise(args)
     base_jobs = [
         dict(variant="chapter 10", overrides={}, recipe=CHAPTER_10, seed=s, seconds=None, clock=args.clock)
         for s in args.seeds
@@ -254,11 +393,20 @@ def summarise(args: argparse.Namespace) -> int:
         return 1
     rows = ablation_summary(lines)
     clock = lines[0]["clock"]
+    if clock == "steps":
+        machines = sorted({line["made_on"].split(", ", 1)[1] for line in lines})
+        made = (
+            f"one thread per run, each variant trained for its share of chapter 10's 1400 steps of training time "
+            f"in steps, from step costs measured side by side ({lines[0]['costs_made_on']}, "
+            f"`benchmarks/results/modern-step-costs.json`); the seconds column is steps x that cost. Runs made on: "
+            + "; ".join(machines)
+        )
+    else:
+        made = f"one thread per run, {clock} clock; {lines[0]['made_on']}"
     out = [
         "# Chapter 11's ablation at equal training time",
         "",
-        f"Made by `python benchmarks/modern_decoder.py ablation` (log: `{_shown(Path(args.log))}`), "
-        f"one thread per run, {clock} clock; {lines[0]['made_on']}.",
+        f"Made by `python benchmarks/modern_decoder.py ablation` (log: `{_shown(Path(args.log))}`), {made}.",
         "Validation loss over the whole split after each variant's training time; spread = max - min over the "
         "seeds. Gain: for '+ X' and 'full + X', the reference's loss minus the variant's (positive helps); for "
         "'- X', the variant's minus the full model's (positive: X was helping). 'helps' only when the gain "
@@ -322,7 +470,7 @@ def headline(args: argparse.Namespace) -> int:
         recipe={"chapter 10": CHAPTER_10, "modern": MUON_RECIPE},
         config=MODERN,
         made_by="python benchmarks/modern_decoder.py headline --write",
-        made_on=f"{datetime.date.today()}, {platform.processor() or platform.machine()}, torch {torch.__version__}",
+        made_on=f"{datetime.date.today()}, {_machine()}, torch {torch.__version__}",
         histories={
             "chapter 10": _curve(chapter),
             "modern, half the time": _curve(half),
@@ -367,9 +515,23 @@ def main(argv: list[str] | None = None) -> int:
     a = sub.add_parser("ablation", help="every variant at chapter 10's training time, over seeds")
     a.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     a.add_argument("--jobs", type=int, default=2, help="runs at a time, one thread each (default 2)")
-    a.add_argument("--clock", choices=("wall", "cpu"), default="wall")
+    a.add_argument(
+        "--budget",
+        choices=("steps", "time"),
+        default="steps",
+        help="steps (default): each variant trains for its share of chapter 10's time in steps, from the costs "
+        "file; time: each trains until the clock says chapter 10's time has passed (drifts on a shared machine)",
+    )
+    a.add_argument("--costs", default=str(COSTS), help="the step costs (`costs`) the step budgets come from")
+    a.add_argument("--clock", choices=("wall", "cpu"), default="wall", help="with --budget time: the clock")
+    a.add_argument("--only", type=int, nargs=2, metavar=("I", "N"), help="only every N-th job from the I-th")
     a.add_argument("--log", default=str(LOG))
     a.add_argument("--no-write", action="store_true", help="do not write the markdown table")
+    a.add_argument("--no-table", action="store_true", help="do not summarise at the end")
+    c = sub.add_parser("costs", help="every variant's step cost, timed side by side in one process")
+    c.add_argument("--rounds", type=int, default=60)
+    c.add_argument("--steps", type=int, default=2, help="steps of each variant per round")
+    c.add_argument("--out", default=str(COSTS))
     t = sub.add_parser("table", help="the table of the ablation's log")
     t.add_argument("--log", default=str(LOG))
     t.add_argument("--no-write", action="store_true")
@@ -383,6 +545,8 @@ def main(argv: list[str] | None = None) -> int:
         return ablation(args)
     if args.command == "table":
         return summarise(args)
+    if args.command == "costs":
+        return costs_command(args)
     return headline(args)
 
 
