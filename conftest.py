@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import os
-import re
-from pathlib import Path
 
 import pytest
 import torch
@@ -41,47 +38,44 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items[:] = _longest_first(items)
 
 
-def _notebook_seconds(path: Path) -> float:
-    """A chapter's computation time as its title cell states it ("... 216 s of computation ...", written by
-    tools/chapter_times.py from a measured run); 0 where it states none."""
-    try:
-        title = "".join(json.loads(path.read_text(encoding="utf-8"))["cells"][0]["source"])
-    except (OSError, ValueError, KeyError, IndexError):
-        return 0.0
-    found = re.search(r"(\d+) s of computation", title)
-    return float(found.group(1)) if found else 0.0
-
-
-# The longest test files that are not notebooks, longest first (seconds on two cores, `bash run.sh test
-# --durations=90`, November 2026): they start before the other `slow` files. Only the order depends on it.
-LONGEST_TEST_FILES = (
-    "tests/test_editions.py",  # 330 s: every learner notebook run to the end
-    "tests/test_grading_attacks.py",  # 250 s: a class of 49 attackers graded in the sandbox
-    "tests/test_browser.py",  # 200 s: JupyterLab in Chromium, one chapter after another
-    "tests/test_classroom_class.py",  # 170 s: a class graded
-)
+# Each long test file's time on one worker (seconds, `bash run.sh test --durations=90` on the course's 2-core machine,
+# November 2026; a notebook's is its cells under nbval). Only the order of the files depends on these.
+MEASURED_SECONDS = {
+    "tests/test_editions.py": 335,  # every learner notebook run to the end in quick mode
+    "tests/test_grading_attacks.py": 250,  # a class of 49 attackers graded in the sandbox
+    "notebooks/solutions/10_gpt.ipynb": 225,
+    "tests/test_browser.py": 180,  # JupyterLab in Chromium, one chapter after another
+    "tests/test_site.py": 170,  # the website built and read in Chromium
+    "tests/test_classroom_class.py": 165,  # a class graded
+    "notebooks/solutions/09_full_model.ipynb": 160,
+    "tests/test_classroom.py": 90,  # every chapter's source edition graded
+    "notebooks/solutions/11_modern_decoder.ipynb": 85,
+    "tests/test_classroom_zh.py": 70,
+    "notebooks/solutions/05_feed_forward_and_residuals.ipynb": 60,
+    "tests/test_distributed.py": 50,
+    "tests/test_exercises.py": 50,
+    "notebooks/solutions/12_tokens.ipynb": 35,
+}
 
 
 def _longest_first(items: list[pytest.Item]) -> list[pytest.Item]:
-    """The test files in the order that lets two workers (pytest -n 2 --dist loadfile) end together: the
-    notebooks under nbval first, longest first by their measured time, then the files with a `slow` test
-    (notebooks re-run, subprocesses, a browser), then the many short unit tests, which fill in at the end.
-    Collected in their own order (testpaths: tests, then notebooks/solutions) the notebooks came last, the
-    longest of them, chapter 10 (over three minutes), among them. A file's tests keep their order."""
+    """The test files in the order that lets the workers (pytest -n N --dist loadfile --no-loadscope-reorder) end
+    together: the files measured longest first (`MEASURED_SECONDS`), then the other files with a `slow` test
+    (notebooks under nbval, re-runs, subprocesses, a browser), then the many short unit tests, which fill in at the
+    end. (Without --no-loadscope-reorder pytest-xdist sends the files with the most tests first, whatever their
+    time: the chapters' notebooks then came in the middle and the run ended on one worker.) A file's tests keep
+    their order."""
     first_index: dict[str, int] = {}
     rank: dict[str, tuple[int, float]] = {}
     for i, item in enumerate(items):
         name = item.nodeid.split("::")[0]
         first_index.setdefault(name, i)
-        if name.endswith(".ipynb"):
-            if name not in rank:  # read once per notebook, not once per cell
-                rank[name] = (0, -_notebook_seconds(Path(str(item.fspath))))
-        elif name in LONGEST_TEST_FILES:
-            rank[name] = (1, float(LONGEST_TEST_FILES.index(name)))
-        elif item.get_closest_marker("slow") is not None:
-            rank[name] = (2, 0.0)
+        if name in MEASURED_SECONDS:
+            rank[name] = (0, -float(MEASURED_SECONDS[name]))
+        elif name.endswith(".ipynb") or item.get_closest_marker("slow") is not None:
+            rank[name] = (1, 0.0)
         else:
-            rank.setdefault(name, (3, 0.0))
+            rank.setdefault(name, (2, 0.0))
     order = {item: i for i, item in enumerate(items)}
 
     def key(item: pytest.Item) -> tuple[int, float, int, int]:
