@@ -806,3 +806,41 @@ def test_ablation_figure_draws_one_bar_per_change() -> None:
     assert [t.get_text() for t in right.get_yticklabels()] == ["full + C", "- A"]
     with pytest.raises(ValueError, match="no row with a gain"):
         tl.plotting.modern.ablation_gains({"chapter 10": {"mean": 1.0}})
+
+
+# ---------------------------------------------------------------- the ablation's step budgets (modern_decoder.py)
+
+
+def _modern_decoder():
+    import importlib
+    import sys
+
+    benchmarks = str(Path(__file__).resolve().parent.parent / "benchmarks")
+    if benchmarks not in sys.path:
+        sys.path.insert(0, benchmarks)
+    return importlib.import_module("modern_decoder")
+
+
+def test_step_costs_times_every_variant_it_is_given() -> None:
+    md = _modern_decoder()
+    costs = md.step_costs(["chapter 10", "+ Muon"], rounds=2, steps=1)
+    assert list(costs) == ["chapter 10", "+ Muon"]
+    assert all(len(values) == 2 and all(v > 0 for v in values) for values in costs.values())
+
+
+def test_the_shipped_log_ran_the_step_budgets_of_the_shipped_costs() -> None:
+    """Every variant's budget is 1400 x (chapter 10's step time / its own), and every run of the log chapter 11
+    reads took exactly its variant's budget, three seeds each."""
+    import json
+
+    md = _modern_decoder()
+    costs = json.loads(md.COSTS.read_text(encoding="utf-8"))
+    ms = costs["step_ms"]
+    assert set(ms) == set(md.variants()) - {md.TIMED_REFERENCE}
+    for name, cost in ms.items():
+        assert costs["steps"][name] == max(1, round(1400 * ms["chapter 10"] / cost)), name
+    runs = [json.loads(line) for line in md.LOG.read_text(encoding="utf-8").splitlines()]
+    assert sorted((r["variant"], r["seed"]) for r in runs) == sorted((n, s) for n in ms for s in (0, 1, 2))
+    for run in runs:
+        assert run["clock"] == "steps" and run["steps"] == costs["steps"][run["variant"]], run["variant"]
+        assert run["recipe"]["steps"] == run["steps"]
