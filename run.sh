@@ -74,10 +74,11 @@ case "$command" in
         setup requirements-test.txt
         "$VENV/bin/ruff" check .
         # pytest's own exit codes pass through: 5 (no test collected) is a failure here.
-        # --no-loadscope-reorder: the files go out in conftest.py's order, the longest first, not those with the most
-        # tests first. --max-worker-restart 0: a worker that dies fails the run at once (pytest-xdist 3.8's loadfile
-        # scheduler can wait for ever after replacing a crashed worker, pytest-dev/pytest-xdist#784).
-        exec "$PYTHON" -m pytest -n 2 --dist loadfile --no-loadscope-reorder --max-worker-restart 0 \
+        # --max-worker-restart 0: a worker that dies fails the run at once (pytest-xdist 3.8's loadfile scheduler can
+        # wait for ever after replacing a crashed worker, pytest-dev/pytest-xdist#784). The files go out in
+        # pytest-xdist's own order, those with the most tests first: the longest-first order was measured slower
+        # (a full run from a fresh clone: pytest 1402 s against 1157 s in this order).
+        exec "$PYTHON" -m pytest -n 2 --dist loadfile --max-worker-restart 0 \
             --nbval --nbval-current-env \
             --nbval-sanitize-with tests/nbval_sanitize.cfg --nbval-cell-timeout 300 "$@"
         ;;
