@@ -307,18 +307,19 @@ def decoding_speed(
 # --------------------------------------------------------------------------- report
 
 
+def processor_name() -> str:
+    """The CPU's model name as /proc/cpuinfo gives it (Linux), else what `platform` knows."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def machine_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        name = torch.cuda.get_device_name(device)
-    else:
-        name = platform.processor() or platform.machine()
-        try:
-            for line in Path("/proc/cpuinfo").read_text().splitlines():
-                if line.startswith("model name"):
-                    name = line.split(":", 1)[1]
-                    break
-        except OSError:
-            pass
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else processor_name()
     slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
     return f"{device.type}-{slug}"
 

@@ -37,7 +37,6 @@ import json
 import math
 import multiprocessing
 import os
-import platform
 import random
 import statistics
 import sys
@@ -50,6 +49,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import torch  # noqa: E402
+from bench import processor_name  # noqa: E402 - beside this file: the machine's name as the other benchmarks read it
 from gpt_recipe import CHAPTER_RECIPE, MODEL  # noqa: E402
 
 from transformer_lab.gpt_training import ablation_summary  # noqa: E402
@@ -130,14 +130,8 @@ def variants() -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
 
 
 def _machine() -> str:
-    """The processor's model name (from /proc/cpuinfo on Linux), else what `platform` knows."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
-            if line.startswith("model name"):
-                return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} CPUs)"
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    """The processor's model name and how many CPUs this process sees, as the log records them."""
+    return f"{processor_name()} ({os.cpu_count()} CPUs)"
 
 
 # ---------------------------------------------------------------- one run (in a worker process)
