@@ -289,6 +289,12 @@ class OperatorRecord(TorchDispatchMode):
         super().__init__()
         self.seen: set[str] = set()
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # PyTorch otherwise wraps __torch_dispatch__ in torch._disable_dynamo, whose first call imports
+        # torch._dynamo: about 3 s of CPU in every grading server, for a compiler the sandbox never runs
+        return False
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
         self.seen.add(func._schema.name.split("::", 1)[-1])
         return func(*args, **(kwargs or {}))
