@@ -4,10 +4,10 @@
     python benchmarks/grading_bench.py --students 20 --jobs 2 --chapters 02 04
 
 Half the students hand in the source edition (every answer right), half the student version (blank). The
-class is graded twice, in the same run: with a sandbox per submission (what `classroom.py grade` does) and
-with `--no-sandbox` (the same stripped copy, static check and limits, no bubblewrap), so the ratio says what
-the sandbox costs on this machine. Prints seconds per student and chapter for each (issue 22's target: at
-most 6 s with the sandbox and two jobs on a 2-core machine).
+class is graded twice, in the same run: with a sandbox per student (what `classroom.py grade` does: one for all
+of a student's chapters) and with `--no-sandbox` (the same stripped copy, static check and limits, no
+bubblewrap), so the ratio says what the sandbox costs on this machine. Prints seconds per student and chapter
+for each (issue 22's target: at most 6 s with the sandbox and two jobs on a 2-core machine).
 """
 
 from __future__ import annotations

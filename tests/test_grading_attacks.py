@@ -433,6 +433,25 @@ def _errors(grade) -> str:
     return " | ".join(text for _, text in grade.cases) + " | " + " | ".join(grade.problems)
 
 
+def test_one_student_one_sandbox_for_all_chapters_started_again_if_stopped(session):
+    """A student's chapters share one sandbox (its start, Python and PyTorch, paid once per student), and an
+    answer that stops it costs that student a fresh one, not the grading of their other chapters."""
+    teachers = [(path.stem, json.loads(path.read_text())) for path in CHAPTERS]
+    with grading.StudentSandbox(session) as sandbox:
+        for chapter, teacher in teachers:
+            graded = grading.grade_notebook(teacher, teacher, chapter, SECRET, TIMEOUT, sandbox=sandbox)
+            assert graded.points == graded.max_points > 0 and not graded.problems, (chapter, graded.problems)
+        assert sandbox.started == 1
+        first = sandbox.server()
+        first.process.kill()  # as an answer that brought its sandbox down
+        first.process.wait()
+        chapter, teacher = teachers[0]
+        graded = grading.grade_notebook(teacher, teacher, chapter, SECRET, TIMEOUT, sandbox=sandbox)
+        last = sandbox.server()
+        assert graded.points == graded.max_points and sandbox.started == 2 and last is not first
+    assert last.process.poll() is not None  # stopped with the block
+
+
 def test_the_sandbox_sees_no_repository_no_home_and_no_secret(session):
     probe_source = (
         "seen = []\nfor path in [{!r}, {!r}, '/etc/passwd', '/home', '/course/transformer_lab/exercises/grading.py', "

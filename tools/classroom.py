@@ -542,12 +542,14 @@ def grade_one(
     secret: int,
     timeout: float,
     session: Any = None,
+    sandbox: Any = None,
 ) -> dict[str, Any]:
-    """Grade one student's chapter in its own sandbox (`session`: a GradingSession; a sandboxed one is made if
+    """Grade one student's chapter in that student's sandbox (`sandbox`: a StudentSandbox, kept for the student's
+    other chapters; else one is made for this chapter from `session`, a GradingSession, itself made sandboxed if
     None); return the plain record saved in `grading/<student>/<chapter>.json`."""
     from transformer_lab.exercises.grading import default_session, grade_notebook
 
-    session = session or default_session()
+    session = sandbox.session if sandbox is not None else session or default_session()
     teacher = read_notebook(course_dir / "source" / chapter / f"{chapter}.ipynb")
     record: dict[str, Any] = {
         "student": student,
@@ -562,7 +564,9 @@ def grade_one(
         record["problems"].append(f"{exc}: 0 points for this chapter")
         submitted = None
     if submitted is not None:
-        result = grade_notebook(teacher, submitted, chapter, secret, cell_timeout=timeout, session=session)
+        result = grade_notebook(
+            teacher, submitted, chapter, secret, cell_timeout=timeout, session=session, sandbox=sandbox
+        )
         record["problems"] += result.problems
         for grade_id, grade in result.exercises:
             record["exercises"].append(
@@ -592,6 +596,38 @@ def grade_one(
             )
     save_record(course_dir, record)
     return record
+
+
+def grade_student(
+    course_dir: pathlib.Path,
+    student: str,
+    chapters: dict[str, pathlib.Path],
+    secret: int,
+    timeout: float,
+    session: Any,
+) -> list[dict[str, Any]]:
+    """Grade one student's chapters ({chapter: notebook}) one after another in one sandbox of the student's own
+    (started again if an answer stopped it); return their records. A chapter that cannot be graded gets a record
+    that says why, and the student's other chapters are still graded."""
+    from transformer_lab.exercises.grading import StudentSandbox
+
+    records = []
+    with StudentSandbox(session) as sandbox:
+        for chapter, path in chapters.items():
+            try:
+                record = grade_one(course_dir, student, chapter, path, secret, timeout, sandbox=sandbox)
+            except Exception as exc:  # never stop the class at one student
+                record = {
+                    "student": student,
+                    "chapter": chapter,
+                    "exercises": [],
+                    "problems": [f"could not be graded ({type(exc).__name__}: {exc})"],
+                    "sandboxed": session.sandbox,
+                }
+                save_record(course_dir, record)
+            records.append(record)
+            print(f"{student} {chapter}: {sum(e['points'] for e in record['exercises']):g} points", flush=True)
+    return records
 
 
 def save_record(course_dir: pathlib.Path, record: dict[str, Any]) -> None:
@@ -639,7 +675,8 @@ def grade_folder(
 ) -> list[dict[str, Any]]:
     """Grade every student's chapters in `submissions`; write the gradebook, tables and report; return the records.
 
-    Each submission runs in a sandbox of its own (`transformer_lab.exercises.sandbox`); where none can be made
+    Each student's submissions run in a sandbox of the student's own (`transformer_lab.exercises.sandbox`, one for
+    all their chapters, students graded in parallel on `jobs` threads); where none can be made
     this raises SandboxUnavailable unless `sandbox` is False (then the report says so on its first line).
     `limits` (a sandbox.Limits) sets its memory and CPU time. `secret` seeds the hidden cases; leave it None
     (the class's own secret, kept in the course directory, so a re-grade gives the same grades) except in a test.
@@ -661,31 +698,20 @@ def grade_folder(
     if secret is None:
         secret = class_secret(course_dir)  # hidden cases: a seed no student can know, the same at every re-grade
     jobs = jobs or max(1, min(len(os.sched_getaffinity(0)), 8))
-    tasks = [(s, c, p) for s, found in students.items() for c, p in found.items()]
     records = []
     from transformer_lab import i18n
 
     try:
-        # the students' messages in the class's language (one process-wide setting: every grader thread shares it)
+        # the students' messages in the class's language (one process-wide setting: every grader thread shares it);
+        # one task per student: a student's chapters share the student's sandbox (its start paid once)
         with i18n.language(class_language(course_dir) or "en"), concurrent.futures.ThreadPoolExecutor(jobs) as pool:
-            futures = {
-                pool.submit(grade_one, course_dir, s, c, p, secret, timeout, session): (s, c) for s, c, p in tasks
-            }
+            futures = [
+                pool.submit(grade_student, course_dir, student, found, secret, timeout, session)
+                for student, found in students.items()
+                if found
+            ]
             for future in concurrent.futures.as_completed(futures):
-                student, chapter = futures[future]
-                try:
-                    record = future.result()
-                except Exception as exc:  # never stop the class at one student
-                    record = {
-                        "student": student,
-                        "chapter": chapter,
-                        "exercises": [],
-                        "problems": [f"could not be graded ({type(exc).__name__}: {exc})"],
-                        "sandboxed": session.sandbox,
-                    }
-                    save_record(course_dir, record)
-                records.append(record)
-                print(f"{student} {chapter}: {sum(e['points'] for e in record['exercises']):g} points", flush=True)
+                records += future.result()
     finally:
         session.close()
     for record in records if write_gb else []:

@@ -9,12 +9,12 @@ public. So nothing that runs a student's code decides a score, and nothing withi
    answer cell that uses a private or introspective name (`torch._C`, `torch.ops`, `__code__`, frames,
    `importlib`, `sys.modules`, `eval`/`exec`, `/proc`, ...) does not run; its exercise gets 0 points and the
    feedback says why.
-2. **A sandbox per submission** (`transformer_lab.exercises.sandbox`): the answers run in a bubblewrap
-   sandbox that reads only the interpreter, site-packages and a stripped copy of the course package (no
-   references, wrong answers, stored answers or grading code), writes only a scratch folder thrown away
-   with it, has no network, sees and signals no process outside it, and is held to memory and CPU limits.
-   Its grading server (`transformer_lab.exercises.runner`) forks a child per exercise that may start no
-   process and send no signal.
+2. **A sandbox per student** (`transformer_lab.exercises.sandbox`, kept for all of one student's chapters by
+   `StudentSandbox`, never shared with another student): the answers run in a bubblewrap sandbox that reads
+   only the interpreter, site-packages and a stripped copy of the course package (no references, wrong answers,
+   stored answers or grading code), writes only a scratch folder thrown away with it, has no network, sees and
+   signals no process outside it, and is held to memory and CPU limits. Its grading server
+   (`transformer_lab.exercises.runner`) forks a child per exercise that may start no process and send no signal.
 3. **Hidden cases computed here**: each visible case's inputs moved by noise drawn from the class's secret
    (never sent into the sandbox: the sandbox receives the moved tensors, not the seed), in the way the case
    allows (`Case.hidden`: a constant input stays constant, an all-zero one zero, masks and integers stay).
@@ -61,6 +61,8 @@ __all__ = [
     "grade_exercise",
     "plain",
     "GradingSession",
+    "StudentSandbox",
+    "grade_notebook",
     "FUSED_KERNELS",
     "SandboxUnavailable",
     "Limits",
@@ -241,6 +243,41 @@ class GradingSession:
         shutil.rmtree(self.folder, ignore_errors=True)
 
     def __enter__(self) -> GradingSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class StudentSandbox:
+    """One student's grading server, kept for all of that student's chapters: started on first use, started again
+    whenever an answer stopped it, closed by `close()`. A server keeps what it was sent (answers, inputs), so it is
+    never shared between students, nor between threads (it answers one request at a time).
+
+    A teacher grading a class pays the sandbox's start (Python, PyTorch and matplotlib, about 4 s of CPU) once per
+    student rather than once per student and chapter.
+    """
+
+    def __init__(self, session: GradingSession) -> None:
+        self.session = session
+        self.started = 0  # how many servers were started (one, unless answers stopped some)
+        self._server: SandboxServer | None = None
+
+    def server(self) -> SandboxServer:
+        """The running server, started (again) if there is none or the last one stopped."""
+        if self._server is None or not self._server.alive():
+            if self._server is not None:
+                self._server.close()
+            self._server = self.session.server()
+            self.started += 1
+        return self._server
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+
+    def __enter__(self) -> StudentSandbox:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -550,16 +587,19 @@ def grade_notebook(
     secret: int,
     cell_timeout: float = 10.0,
     session: GradingSession | None = None,
+    sandbox: StudentSandbox | None = None,
 ) -> NotebookGrade:
     """Grade one submitted chapter against the teacher's source notebook (both as JSON dicts).
 
-    What runs of the submission, for each exercise, in the submission's own sandbox (one per call, started
-    again if an answer stopped it): the teacher's setup cell (the chapter's first code cell) and exercise
-    import, then the student's answer cells (nbgrader solution cells, matched by their id) of this exercise
-    and of every exercise before it. Never a check cell, never any other cell of the student's notebook,
-    never an answer cell the static check refused (its exercise scores 0).
+    What runs of the submission, for each exercise, in the student's own sandbox (`sandbox`, the one this
+    student's other chapters ran in; one is made for this call and closed after it if None; started again if an
+    answer stopped it): the teacher's setup cell (the chapter's first code cell) and exercise import, then the
+    student's answer cells (nbgrader solution cells, matched by their id) of this exercise and of every exercise
+    before it. Never a check cell, never any other cell of the student's notebook, never an answer cell the
+    static check refused (its exercise scores 0).
     """
-    session = session or default_session()
+    session = sandbox.session if sandbox is not None else session or default_session()
+    student = sandbox if sandbox is not None else StudentSandbox(session)
     result = NotebookGrade(chapter)
     cells = teacher.get("cells", [])
     code_cells = [c for c in cells if c.get("cell_type") == "code"]
@@ -589,7 +629,6 @@ def grade_notebook(
     refused: list[str] = []  # the static check's findings in this exercise's answer cells
     own: list[str] = []  # this exercise's own answer cells (since the previous check cell)
     module = __import__(f"transformer_lab.exercises.{modules[0]}", fromlist=["_"]) if modules else None
-    server: SandboxServer | None = None
     try:
         for cell in cells:
             meta = _meta(cell)
@@ -628,12 +667,8 @@ def grade_notebook(
                 elif blank:  # handed in as handed out: nothing to run
                     grade = blank_grade(exercise, points)
                 else:
-                    if server is None or not server.alive():
-                        if server is not None:
-                            server.close()
-                        server = session.server()
                     grade = grade_exercise(
-                        exercise, match.group(2), setup + answers, points, secret, cell_timeout, server=server
+                        exercise, match.group(2), setup + answers, points, secret, cell_timeout, server=student.server()
                     )
                 for name in grade.tampered:
                     message = f"the answer cells replaced {name}"
@@ -651,6 +686,6 @@ def grade_notebook(
                 result.exercises.append((meta["grade_id"], grade))
                 refused, own = [], []
     finally:
-        if server is not None:
-            server.close()
+        if sandbox is None:
+            student.close()
     return result

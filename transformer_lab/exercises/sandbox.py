@@ -1,4 +1,5 @@
-"""A sandbox per submission: where a student's answers run while a class is graded (Linux, bubblewrap).
+"""A sandbox per student: where a student's answers run while a class is graded (Linux, bubblewrap); one
+student's chapters share theirs (`grading.StudentSandbox`), another student's answers never run in it.
 
 `SandboxServer` starts `transformer_lab.exercises.runner` (the grading server) inside a bubblewrap sandbox
 (`bwrap`, the sandbox Flatpak uses), under `prlimit`. From inside it the student's code:
@@ -59,7 +60,7 @@ class SandboxUnavailable(RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class Limits:
-    """What one submission's sandbox may use.
+    """What one student's sandbox may use.
 
     memory_mib: address space of each process in it (RLIMIT_AS); PyTorch alone reserves about 800 MiB.
     cpu_seconds: CPU time of the sandbox's server process (RLIMIT_CPU); each exercise's child gets its own
