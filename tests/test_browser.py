@@ -5,7 +5,8 @@ every exercise blank), its kernels with one thread and the reduced training sett
 (TRANSFORMER_LAB_QUICK=1). Each chapter that uses tl.widgets (and a small fixture,
 tests/fixtures/browser/97_widget_sample.ipynb, that checks this test's own machinery) is opened
 with its stored outputs and widget state stripped, so that what shows comes from the live kernel;
-then Run All; then: every code cell ran, no traceback or stderr output, the widgets rendered (no
+then Run All; then: every code cell ran, no traceback or stderr output, every check cell says "not done
+yet" (tests/test_editions.py's blank run of these chapters is this one), the widgets rendered (no
 "Error displaying widget"), and moving the first slider with the keyboard changes what the widget
 shows. A screenshot of each notebook, with that widget in view
 after the change, goes to test-artifacts/browser/, with the timings in timings.txt.
@@ -119,7 +120,12 @@ def running_lab(tmp: pathlib.Path, locale: str | None = None):
             }
         },
     )
-    write_json(config / "labconfig" / "page_config.json", {"disabledExtensions": {"@jupyter/nbgrader": True}})
+    # window.jupyterapp, through which the module's one page opens and closes each notebook (as Galata, JupyterLab's
+    # own browser tests, does)
+    write_json(
+        config / "labconfig" / "page_config.json",
+        {"disabledExtensions": {"@jupyter/nbgrader": True}, "exposeAppInBrowser": True},
+    )
     # Off the network (no news, no update check), and every cell in the page (no windowing).
     write_json(
         settings / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings",
@@ -259,6 +265,12 @@ def api(base: str, token: str, path: str, method: str = "GET") -> object:
 def open_notebook(page, base: str, token: str, name: str) -> None:
     """Open the notebook and wait until its kernel has started and is idle (server side and in the page)."""
     page.goto(f"{base}/lab/tree/notebooks/{name}?token={token}&reset")
+    wait_for_kernel(page, base, token, name)
+
+
+def wait_for_kernel(page, base: str, token: str, name: str) -> None:  # noqa: ANN001
+    """Wait until the notebook `name` shows its cells and its kernel has started and is idle (server side and in
+    the page)."""
     page.wait_for_selector(".jp-NotebookPanel .jp-Notebook .jp-Cell", timeout=180_000)
     deadline = time.monotonic() + 180
     while not any(
@@ -268,6 +280,61 @@ def open_notebook(page, base: str, token: str, name: str) -> None:
         assert time.monotonic() < deadline, f"{name}: no idle kernel after 180 s"
         page.wait_for_timeout(500)  # polling the server's REST API: the page has no event for it
     page.wait_for_function(KERNEL_IDLE, timeout=180_000, polling=500)
+
+
+class LabPage:
+    """One JupyterLab page for the module's notebooks: JupyterLab starts in it once (about 10 s of a loaded 2-core
+    machine each time), and each test opens its notebook there and throws it away after. A test that failed leaves
+    a page in an unknown state: the next test gets a fresh one."""
+
+    def __init__(self, browser, base: str, token: str) -> None:  # noqa: ANN001
+        self.browser, self.base, self.token = browser, base, token
+        self.page = None
+        self.errors: list[str] = []
+
+    def open(self, name: str):  # noqa: ANN201
+        """The page, with `name` (in notebooks/) open in it, its kernel started and idle; JavaScript errors from
+        here on go to `self.errors`."""
+        if self.page is None:
+            self.page = self.browser.new_page(viewport={"width": 1400, "height": 1000})
+            self.page.on("pageerror", lambda error: self.errors.append(str(error)))
+            self.page.goto(f"{self.base}/lab?token={self.token}&reset")
+            self.page.wait_for_function("() => !!window.jupyterapp", timeout=180_000, polling=200)
+            self.page.evaluate("() => window.jupyterapp.restored.then(() => true)")
+        self.errors.clear()
+        self.page.evaluate(
+            "path => window.jupyterapp.commands.execute('docmanager:open', {path, factory: 'Notebook'})"
+            ".then(() => true)",
+            f"notebooks/{name}",
+        )
+        wait_for_kernel(self.page, self.base, self.token, name)
+        return self.page
+
+    def close_notebooks(self) -> None:
+        """Throw the open notebooks away unsaved (no "save your changes?" dialog) and stop their kernels."""
+        self.page.evaluate(
+            """() => { for (const widget of Array.from(window.jupyterapp.shell.widgets('main'))) {
+                if (widget.context) widget.context.model.dirty = false;
+                widget.dispose();
+            } }"""
+        )
+        shutdown_kernels(self.base, self.token)
+
+    def discard(self) -> None:
+        if self.page is not None:
+            self.page.close()
+            self.page = None
+        shutdown_kernels(self.base, self.token)
+
+
+@pytest.fixture(scope="module")
+def lab_page(lab, browser):
+    base, token, _ = lab
+    made = LabPage(browser, base, token)
+    try:
+        yield made
+    finally:
+        made.discard()
 
 
 def run_all(page, menu: str = "Run", item: str = "Run All Cells") -> None:
@@ -291,24 +358,31 @@ def params() -> list:
 
 
 @pytest.mark.parametrize("path", params())
-def test_widgets_work_in_jupyterlab(path, lab, browser):
+def test_widgets_work_in_jupyterlab(path, lab_page):
     if path is None:
         pytest.fail("no chapter notebook uses tl.widgets (expected 01, 02, 04 and 08)")
-    base, token, _ = lab
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    page_errors: list[str] = []
-    page.on("pageerror", lambda error: page_errors.append(str(error)))
+    failed = True
     try:
         start = time.monotonic()
-        open_notebook(page, base, token, path.name)
+        page = lab_page.open(path.name)
+        page_errors = lab_page.errors
         opened = time.monotonic()
         run_all(page)
         ran = time.monotonic()
 
         panel = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)")
+        # an error's traceback is drawn as stderr output too
         problems = panel.locator('.jp-OutputArea-output[data-mime-type="application/vnd.jupyter.stderr"]')
         assert problems.count() == 0, f"{path.name}: traceback or stderr output:\n{problems.first.inner_text()}"
+        # tests/test_editions.py's blank run, here in JupyterLab: every check cell says its exercise is not done
+        notebook = nbformat.read(path, as_version=4)
+        cells = panel.locator(".jp-Notebook .jp-Cell")
+        assert cells.count() == len(notebook.cells), f"{path.name}: {cells.count()} cells shown"
+        for index, cell in enumerate(notebook.cells):
+            if cell.cell_type == "code" and cell.metadata.get("nbgrader", {}).get("grade"):
+                printed = cells.nth(index).locator(".jp-OutputArea").inner_text()
+                assert "not done yet" in printed, f"{path.name}: check cell {index} printed {printed!r}"
         # The first explorer with a slider (chapter 02's mask explorer has check boxes instead).
         controls = panel.locator(".jp-CodeCell:has(.widget-slider), .jp-CodeCell:has(.widget-checkbox)")
         controls.first.wait_for(timeout=60_000)
@@ -344,8 +418,11 @@ def test_widgets_work_in_jupyterlab(path, lab, browser):
         print(line, end="")
         with (ARTIFACTS / "timings.txt").open("a") as f:
             f.write(line)
+        failed = False
     finally:
-        if not (ARTIFACTS / f"{path.stem}.png").exists():
-            page.screenshot(path=str(ARTIFACTS / f"{path.stem}-failed.png"))
-        page.close()
-        shutdown_kernels(base, token)
+        if lab_page.page is not None and not (ARTIFACTS / f"{path.stem}.png").exists():
+            lab_page.page.screenshot(path=str(ARTIFACTS / f"{path.stem}-failed.png"))
+        if failed:
+            lab_page.discard()  # the next test starts from a fresh page
+        else:
+            lab_page.close_notebooks()
