@@ -177,11 +177,35 @@ def context(server):
             chromium.close()
 
 
+@pytest.fixture(scope="module")
+def tab(context, server):
+    """One tab for all of the module's pages. A new tab per page cost about twice the CPU of a navigation in the same
+    one (30 pages: 105-113 s of CPU against 43-44 s, measured side by side), on a machine the whole test run keeps
+    busy."""
+    made = Visit(context, server)
+    yield made
+    made.close()
+
+
+@pytest.fixture
+def visit(tab):
+    """The module's tab, its problems cleared; after the test it is sent to about:blank, which ends whatever the test
+    left loading (a fresh tab replaces it if even that fails)."""
+    tab.problems.clear()
+    yield tab
+    try:
+        tab.page.goto("about:blank")
+    except Exception:  # noqa: BLE001 - a crashed or hung tab: the next test gets a new one
+        tab.page.close()
+        tab._new_page()
+    tab.problems.clear()
+
+
 @pytest.fixture(autouse=True)
 def watchdog(request):
     """A browser test that hangs (a page whose script never returns: no Playwright call can time out then) ends
     the test process after 5 minutes with every thread's traceback, instead of holding the run until CI's limit."""
-    if "context" not in request.fixturenames:
+    if "context" not in request.fixturenames and "visit" not in request.fixturenames:
         yield
         return
     faulthandler.dump_traceback_later(300, exit=True)
@@ -283,95 +307,79 @@ def test_the_site_has_exactly_the_pages_tested(site):
 @pytest.mark.slow
 @pytest.mark.browser
 @pytest.mark.parametrize(("lang", "page"), page_ids())
-def test_every_page_loads_offline_typeset_and_switches_language(lang, page, context, server, site):
-    visit = Visit(context, server)
-    try:
-        visit.open(f"{lang}/{page}.html")
-        prose = visit.page.evaluate(PROSE)
-        raw = sorted(set(RAW_TEX.findall(prose)))
-        assert not raw, f"{lang}/{page}: formulas left as raw TeX: {raw[:5]}"
-        html_text = (site / lang / f"{page}.html").read_text(encoding="utf-8")
-        formulas = html_text.count('class="math notranslate nohighlight"')
-        typeset = visit.page.locator("mjx-container").count()
-        assert typeset >= formulas, f"{lang}/{page}: {formulas} formulas, {typeset} typeset"
-        for image in visit.page.evaluate(IMAGES):
-            assert image["ok"], f"{lang}/{page}: the image {image['src']} did not load"
-        if page in CHAPTERS:
-            bar = visit.page.locator(".tl-chapter-bar")
-            notebook = "notebooks/zh/" if lang == "zh" else "notebooks/"
-            assert bar.locator("a.tl-binder").get_attribute("href").endswith(f"lab/tree/{notebook}{page}.ipynb")
-            assert bar.locator("a.tl-download").get_attribute("href") == f"notebooks/{page}.ipynb"
-            assert bar.locator("a.tl-repository").get_attribute("href").startswith("https://github.com/")
-        if lang == "zh" and page != "search":  # the theme speaks Chinese too
-            chrome = visit.page.locator("footer, .sidebar-search-container").all_inner_texts()
-            english = [w for w in ("Next", "Previous", "Search", "Back to top") if w in " ".join(chrome)]
-            assert not english, f"zh/{page}: the theme's words in English: {english}"
-        if page == "01_attention":
-            visit.page.screenshot(path=str(ARTIFACTS / f"01_attention-{lang}.png"))
-        twin = "zh" if lang == "en" else "en"
-        with visit.page.expect_navigation(wait_until="commit"):  # the twin page is checked in its own test
-            visit.page.locator("a.tl-language-switch").first.click()
-        assert visit.page.url == f"{server}/{twin}/{page}.html", f"{lang}/{page}: the switch went to {visit.page.url}"
-        assert not visit.problems, f"{lang}/{page}:\n" + "\n".join(visit.problems)
-    finally:
-        visit.close()
+def test_every_page_loads_offline_typeset_and_switches_language(lang, page, visit, server, site):
+    visit.open(f"{lang}/{page}.html")
+    prose = visit.page.evaluate(PROSE)
+    raw = sorted(set(RAW_TEX.findall(prose)))
+    assert not raw, f"{lang}/{page}: formulas left as raw TeX: {raw[:5]}"
+    html_text = (site / lang / f"{page}.html").read_text(encoding="utf-8")
+    formulas = html_text.count('class="math notranslate nohighlight"')
+    typeset = visit.page.locator("mjx-container").count()
+    assert typeset >= formulas, f"{lang}/{page}: {formulas} formulas, {typeset} typeset"
+    for image in visit.page.evaluate(IMAGES):
+        assert image["ok"], f"{lang}/{page}: the image {image['src']} did not load"
+    if page in CHAPTERS:
+        bar = visit.page.locator(".tl-chapter-bar")
+        notebook = "notebooks/zh/" if lang == "zh" else "notebooks/"
+        assert bar.locator("a.tl-binder").get_attribute("href").endswith(f"lab/tree/{notebook}{page}.ipynb")
+        assert bar.locator("a.tl-download").get_attribute("href") == f"notebooks/{page}.ipynb"
+        assert bar.locator("a.tl-repository").get_attribute("href").startswith("https://github.com/")
+    if lang == "zh" and page != "search":  # the theme speaks Chinese too
+        chrome = visit.page.locator("footer, .sidebar-search-container").all_inner_texts()
+        english = [w for w in ("Next", "Previous", "Search", "Back to top") if w in " ".join(chrome)]
+        assert not english, f"zh/{page}: the theme's words in English: {english}"
+    if page == "01_attention":
+        visit.page.screenshot(path=str(ARTIFACTS / f"01_attention-{lang}.png"))
+    twin = "zh" if lang == "en" else "en"
+    with visit.page.expect_navigation(wait_until="commit"):  # the twin page is checked in its own test
+        visit.page.locator("a.tl-language-switch").first.click()
+    assert visit.page.url == f"{server}/{twin}/{page}.html", f"{lang}/{page}: the switch went to {visit.page.url}"
+    assert not visit.problems, f"{lang}/{page}:\n" + "\n".join(visit.problems)
 
 
 @pytest.mark.slow
 @pytest.mark.browser
-def test_the_root_page_offers_both_languages(context, server):
-    visit = Visit(context, server)
-    try:
-        visit.open("index.html")
-        for lang in LANGUAGES:
-            visit.page.locator(f'a[href="{lang}/index.html"]').click()
-            visit.page.wait_for_load_state("load")
-            assert visit.page.url == f"{server}/{lang}/index.html"
-            visit.page.go_back()
-        assert not visit.problems, "\n".join(visit.problems)
-    finally:
-        visit.close()
+def test_the_root_page_offers_both_languages(visit, server):
+    visit.open("index.html")
+    for lang in LANGUAGES:
+        visit.page.locator(f'a[href="{lang}/index.html"]').click()
+        visit.page.wait_for_load_state("load")
+        assert visit.page.url == f"{server}/{lang}/index.html"
+        visit.page.go_back()
+    assert not visit.problems, "\n".join(visit.problems)
 
 
 @pytest.mark.slow
 @pytest.mark.browser
 @pytest.mark.parametrize("lang", LANGUAGES)
-def test_search_finds_the_term(lang, context, server):
+def test_search_finds_the_term(lang, visit):
     term = SEARCHES[lang]
-    visit = Visit(context, server)
-    try:
-        visit.open(f"{lang}/search.html?q={urllib.parse.quote(term)}")
-        results = visit.page.locator("#search-results ul.search li")
-        results.first.wait_for(timeout=60_000)
-        links = [a.get_attribute("href") or "" for a in results.locator("a").all()]
-        assert any("04_normalization" in link for link in links), f"{lang}: {term!r} found {links}"
-        summary = visit.page.locator("#search-results .search-summary").inner_text()
-        assert ("Search finished" in summary) == (lang == "en"), f"{lang}: the search says {summary!r}"
-        assert not visit.problems, "\n".join(visit.problems)
-    finally:
-        visit.close()
+    visit.open(f"{lang}/search.html?q={urllib.parse.quote(term)}")
+    results = visit.page.locator("#search-results ul.search li")
+    results.first.wait_for(timeout=60_000)
+    links = [a.get_attribute("href") or "" for a in results.locator("a").all()]
+    assert any("04_normalization" in link for link in links), f"{lang}: {term!r} found {links}"
+    summary = visit.page.locator("#search-results .search-summary").inner_text()
+    assert ("Search finished" in summary) == (lang == "en"), f"{lang}: the search says {summary!r}"
+    assert not visit.problems, "\n".join(visit.problems)
 
 
 @pytest.mark.slow
 @pytest.mark.browser
 @pytest.mark.parametrize("lang", LANGUAGES)
-def test_a_solution_is_hidden_until_its_control_is_clicked(lang, context, server):
-    visit = Visit(context, server)
-    try:
-        visit.open(f"{lang}/01_attention.html")
-        solution = visit.page.locator("details.tl-solution").nth(1)
-        code = solution.locator("pre")
-        assert "row_max" in (code.text_content() or "")  # the answer is in the page...
-        assert not code.is_visible()  # ...folded
-        solution.locator("summary").click()
-        assert code.is_visible()
-        hints = visit.page.locator("details.tl-hints").nth(1)
-        assert not hints.locator("details.tl-hint").first.is_visible()
-        hints.locator("summary").first.click()
-        assert hints.locator("details.tl-hint").count() == 3
-        assert not visit.problems, "\n".join(visit.problems)
-    finally:
-        visit.close()
+def test_a_solution_is_hidden_until_its_control_is_clicked(lang, visit):
+    visit.open(f"{lang}/01_attention.html")
+    solution = visit.page.locator("details.tl-solution").nth(1)
+    code = solution.locator("pre")
+    assert "row_max" in (code.text_content() or "")  # the answer is in the page...
+    assert not code.is_visible()  # ...folded
+    solution.locator("summary").click()
+    assert code.is_visible()
+    hints = visit.page.locator("details.tl-hints").nth(1)
+    assert not hints.locator("details.tl-hint").first.is_visible()
+    hints.locator("summary").first.click()
+    assert hints.locator("details.tl-hint").count() == 3
+    assert not visit.problems, "\n".join(visit.problems)
 
 
 # Sphinx writes every attribute in double quotes: a regular expression reads a page's ids and links much faster
