@@ -31,7 +31,8 @@ setup() {  # $1: the requirements file to install
     fi
     # uv installs the requirements, unpacking and byte-compiling on every core: a fresh setup takes about 50 s,
     # against 140 s with pip alone. tools/uv_options.py hands it pip's configuration (find-links, indexes,
-    # constraints), which uv does not read. If uv cannot be had or fails, pip installs instead.
+    # constraints), which uv does not read; uv-overrides.txt says what it leaves out and why. If uv cannot be had or
+    # fails, pip installs instead.
     # Byte-compiled, not skipped: the graded answers' sandbox reads the environment read-only and
     # PYTHONDONTWRITEBYTECODE may be set, so every process would otherwise compile torch again from source. Files
     # that do not compile (templates some packages ship) are left uncompiled, as pip leaves them.
@@ -43,7 +44,8 @@ setup() {  # $1: the requirements file to install
     else
         uv=""
     fi
-    if [ -n "$uv" ] && "$uv" pip install --quiet --python "$PYTHON" "${options[@]}" --compile-bytecode -r "$1" \
+    if [ -n "$uv" ] && "$uv" pip install --quiet --python "$PYTHON" "${options[@]}" --override uv-overrides.txt \
+        --compile-bytecode -r "$1" \
         && "$uv" pip install --quiet --python "$PYTHON" "${options[@]}" --no-deps -e .; then
         [ "$fresh" = 0 ] || touch "$stamp"  # uv compiled all it installed, which in a new environment is all
     else
