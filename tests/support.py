@@ -7,7 +7,9 @@ environment variable set) the same thing is a failure, so a missing install step
 from __future__ import annotations
 
 import functools
+import importlib.util
 import os
+import pathlib
 
 import pytest
 
@@ -37,3 +39,13 @@ def require_sandbox() -> None:
     made, saying why (docs/teaching.md, "The sandbox", says how to install it)."""
     reason = _sandbox_reason()
     require(reason is None, f"grading needs its sandbox, which cannot be made here: {reason}")
+
+
+def load_tool(name: str):  # noqa: ANN201 - the module
+    """tools/<name>.py as a module (imported by path: tools/ is not a package)."""
+    path = pathlib.Path(__file__).resolve().parents[1] / "tools" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"transformer_lab_{name}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

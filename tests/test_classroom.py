@@ -17,22 +17,13 @@ import shutil
 
 import nbformat
 import pytest
-from support import require_sandbox
+from support import load_tool, require_sandbox
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "fixtures" / "classroom" / "98_sample.ipynb"
 
 
-def load_classroom():
-    """tools/classroom.py as a module (imported by path: tools/ is not a package)."""
-    spec = importlib.util.spec_from_file_location("transformer_lab_classroom", ROOT / "tools" / "classroom.py")
-    module = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    spec.loader.exec_module(module)
-    return module
-
-
-classroom = load_classroom()
+classroom = load_tool("classroom")
 NOTEBOOKS = classroom.chapter_notebooks(ROOT)
 
 

@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import pathlib
@@ -20,20 +19,13 @@ import sys
 
 import nbformat
 import pytest
+from support import load_tool
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
-def load(name: str):
-    spec = importlib.util.spec_from_file_location(f"transformer_lab_{name}", ROOT / "tools" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    assert spec.loader is not None
-    spec.loader.exec_module(module)
-    return module
-
-
-editions = load("editions")
-workspace = load("workspace")
+editions = load_tool("editions")
+workspace = load_tool("workspace")
 SOURCES = editions.source_notebooks(ROOT)
 LEARNER = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 # the chapters tests/test_browser.py runs blank in JupyterLab (as Run All), with its Chromium
@@ -247,7 +239,7 @@ def test_the_workspace_command_creates_the_copy(tmp_path):
 
 def test_each_chapter_states_its_measured_time():
     """The "**Time:**" line of every title cell and chapter 00's map agree with tools/chapter_times.py."""
-    times = load("chapter_times")
+    times = load_tool("chapter_times")
     for path in SOURCES:
         notebook = json.loads(path.read_text(encoding="utf-8"))
         _, changed = times.updated(notebook)

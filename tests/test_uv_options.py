@@ -9,10 +9,10 @@ import pathlib
 import subprocess
 import sys
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tools"))
+from support import load_tool
 
-import uv_options  # noqa: E402
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+uv_options = load_tool("uv_options")
 
 
 def test_each_setting_becomes_the_uv_option_that_says_the_same():

@@ -1,12 +1,12 @@
 """The options of `uv pip install` that say what this machine's pip configuration says (run.sh's setup).
 
-run.sh installs the requirements with uv, which unpacks and byte-compiles on every core (a fresh setup: about
-50 s against pip's 140 s). pip reads its configuration files and PIP_* variables; uv reads neither. So this
-asks pip for its configuration (`pip config list`: every file and variable pip would read, in pip's order) and
-prints, one per line, the uv options that say the same: where packages are found (find-links, index-url,
-extra-index-url, no-index, and pip's rule of the best version from any index), the constraints, the hosts
-trusted without TLS, and the system's certificates where pip was given a certificate file. pip's other settings
-change nothing uv would install and are left out. If uv fails anyway, run.sh installs with pip.
+run.sh installs the requirements with uv, which unpacks and byte-compiles on every core (a fresh setup: 68 s
+with an empty cache, against 141 s with pip). pip reads its configuration files and PIP_* variables; uv reads
+neither. So this asks pip for its configuration (`pip config list`: every file and variable pip would read, in
+pip's order) and prints, one per line, the uv options that say the same: where packages are found (find-links,
+index-url, extra-index-url, no-index, and pip's rule of the best version from any index), the constraints, the
+hosts trusted without TLS, and the system's certificates where pip was given a certificate file. pip's other
+settings change nothing uv would install and are left out. If uv fails anyway, run.sh installs with pip.
 
 Usage: python tools/uv_options.py PYTHON   (PYTHON: the interpreter whose pip is asked; standard library only)
 """
