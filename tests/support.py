@@ -49,3 +49,13 @@ def load_tool(name: str):  # noqa: ANN201 - the module
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def check_cells(notebook) -> list[int]:  # noqa: ANN001 - an nbformat notebook
+    """The indices of a notebook's check cells (nbgrader grade cells with code): with every exercise blank, each
+    must say "not done yet" (tests/test_editions.py under nbclient, tests/test_browser.py in JupyterLab)."""
+    return [
+        i
+        for i, cell in enumerate(notebook.cells)
+        if cell.cell_type == "code" and cell.get("metadata", {}).get("nbgrader", {}).get("grade")
+    ]

@@ -19,7 +19,7 @@ import sys
 
 import nbformat
 import pytest
-from support import load_tool
+from support import check_cells, load_tool
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -140,10 +140,10 @@ def test_the_learner_edition_runs_to_the_end_with_every_exercise_blank(path, tmp
         if output.get("output_type") == "error"
     ]
     assert not errors, f"{path.name}: errors with every exercise blank: {errors}"
-    for cell in notebook.cells:
-        if cell.get("metadata", {}).get("nbgrader", {}).get("grade") and cell.cell_type == "code":
-            printed = "".join(o.get("text", "") for o in cell.outputs if o.get("output_type") == "stream")
-            assert "not done yet" in printed, f"{path.name}: a check cell printed {printed!r}"
+    for index in check_cells(notebook):
+        outputs = notebook.cells[index].outputs
+        printed = "".join(o.get("text", "") for o in outputs if o.get("output_type") == "stream")
+        assert "not done yet" in printed, f"{path.name}: check cell {index} printed {printed!r}"
 
 
 # ---------------------------------------------------------------- the working copy

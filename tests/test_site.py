@@ -196,8 +196,7 @@ def visit(tab):
     try:
         tab.page.goto("about:blank")
     except Exception:  # noqa: BLE001 - a crashed or hung tab: the next test gets a new one
-        tab.page.close()
-        tab._new_page()
+        tab.renew()
     tab.problems.clear()
 
 
@@ -256,9 +255,7 @@ class Visit:
         except PlaywrightError as error:
             with (ARTIFACTS / "retries.txt").open("a", encoding="utf-8") as log:
                 log.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {path}: {str(error).splitlines()[0]}; loaded again\n")
-            self.page.close()
-            self.problems.clear()
-            self._new_page()
+            self.renew()
             self._load(path)
 
     def _load(self, path: str) -> None:
@@ -267,6 +264,12 @@ class Visit:
         # MathJax typesets after the page loaded; its promise settles when every formula is done. If MathJax
         # failed it never settles: after 90 s this is a timeout, and the formulas' count would say what is missing.
         self.page.wait_for_function(TYPESET, timeout=90_000, polling=200)
+
+    def renew(self) -> None:
+        """A fresh tab in place of this one (a page that failed or hung), its problems forgotten."""
+        self.page.close()
+        self.problems.clear()
+        self._new_page()
 
     def close(self) -> None:
         self.page.close()
