@@ -101,20 +101,25 @@ def test_evaluate_text_refuses_bad_input() -> None:
 # ------------------------------------------------------------------ the trainer
 
 
-@pytest.mark.parametrize("aligned", [False, True])
-def test_train_gpt_is_adamw_with_the_schedule_and_clipping(aligned: bool) -> None:
+@pytest.mark.parametrize("aligned, fused", [(False, None), (True, None), (False, False)])
+def test_train_gpt_is_adamw_with_the_schedule_and_clipping(aligned: bool, fused: bool | None) -> None:
     """Three steps of train_gpt equal a loop written with PyTorch's AdamW and clip_grad_norm_ directly, with
-    windows at any offset or (aligned) only where one token stands."""
+    windows at any offset or (aligned) only where one token stands; its AdamW is PyTorch's fused one on a CPU
+    unless fused=False asks for the plain one."""
     model, _, train_data, _ = _setup(dtype=torch.float64)
     reference, *_ = _setup(dtype=torch.float64)
     starts = tl.data.token_starts(train_data, int(train_data[3]), 16) if aligned else None
     settings = dict(steps=3, batch_size=4, lr=3e-3, min_lr=1e-4, warmup=2, weight_decay=0.1, clip_norm=0.5)
-    history = training.train_gpt(model, train_data, None, block=16, seed=5, starts=starts, progress=False, **settings)
+    history = training.train_gpt(
+        model, train_data, None, block=16, seed=5, starts=starts, progress=False, fused=fused, **settings
+    )
 
     decay = [p for p in reference.parameters() if p.dim() >= 2]
     rest = [p for p in reference.parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}], betas=(0.9, 0.99)
+        [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
+        betas=(0.9, 0.99),
+        fused=fused is None,
     )
     generator = torch.Generator().manual_seed(5)
     losses = []
@@ -135,6 +140,66 @@ def test_train_gpt_is_adamw_with_the_schedule_and_clipping(aligned: bool) -> Non
     assert history.lr == pytest.approx([1.5e-3, 3e-3, 3e-3])
     for (name, ours), theirs in zip(model.state_dict().items(), reference.state_dict().values(), strict=True):
         torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-12, msg=name)
+
+
+def test_make_adamw_runs_pytorchs_fused_kernel_on_a_cpu_unless_told_not_to() -> None:
+    """fused=None (the default) is PyTorch's fused AdamW on a CPU, with nanoGPT's groups; fused=False the plain
+    one. Both make the same update: over ten float32 steps the losses agree to float32's rounding and no weight
+    moves apart by a tenth of one step (lr), and each is exactly the torch.optim.AdamW it says it is."""
+    models = [_setup()[0] for _ in range(4)]
+    fused, plain = training.make_adamw(models[0], 1e-2), training.make_adamw(models[1], 1e-2, fused=False)
+    assert fused.defaults["fused"] is True and not plain.defaults["fused"]
+    assert [g["weight_decay"] for g in fused.param_groups] == [0.1, 0.0]
+    assert [len(g["params"]) for g in fused.param_groups] == [len(g["params"]) for g in plain.param_groups]
+    by_hand = {}
+    for model, flag in zip(models[2:], (True, False), strict=True):
+        decay = [p for p in model.parameters() if p.dim() >= 2]
+        rest = [p for p in model.parameters() if p.dim() < 2]
+        groups = [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}]
+        by_hand[flag] = torch.optim.AdamW(groups, lr=1e-2, betas=(0.9, 0.99), fused=flag)
+    pairs = [(models[0], fused), (models[1], plain), (models[2], by_hand[True]), (models[3], by_hand[False])]
+    x = torch.randint(models[0].config.vocab_size, (4, 16), generator=torch.Generator().manual_seed(0))
+    losses: list[list[float]] = [[] for _ in pairs]
+    for _ in range(10):
+        for (model, optimizer), record in zip(pairs, losses, strict=True):
+            optimizer.zero_grad()
+            loss = F.cross_entropy(model(x[:, :-1]).flatten(0, 1), x[:, 1:].flatten())
+            loss.backward()
+            optimizer.step()
+            record.append(loss.item())
+    weights = [torch.cat([p.detach().flatten() for p in model.parameters()]) for model in models]
+    assert torch.equal(weights[0], weights[2]) and torch.equal(weights[1], weights[3])  # each is what it says
+    assert losses[0] == pytest.approx(losses[1], rel=1e-5)  # the same update, rounded apart
+    torch.testing.assert_close(weights[0], weights[1], rtol=0, atol=1e-3)
+    assert not torch.equal(weights[0], weights[1])  # (and so not to the bit: the two are different code)
+
+
+@pytest.mark.parametrize(
+    "fused, error, match",
+    [("yes", TypeError, "fused must be None"), (1, TypeError, "fused must be None")],
+)
+def test_make_adamw_refuses_a_fused_that_is_not_a_bool(fused: object, error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
+        training.make_adamw(_setup()[0], 1e-3, fused=fused)  # type: ignore[arg-type]
+
+
+def test_fused_true_is_refused_where_pytorch_has_no_fused_kernel_for_the_course() -> None:
+    """A model on the meta device (or an integer parameter) cannot take fused=True: a clear error naming fused;
+    the default then falls back to the plain AdamW."""
+    with torch.device("meta"):
+        model = GPT(GPTConfig(11, block_size=8, d_model=8, n_heads=2, n_layers=1))
+    with pytest.raises(ValueError, match=r"fused=True needs floating-point parameters on cpu or cuda, got \['meta"):
+        training.make_adamw(model, 1e-3, fused=True)
+    assert not training.make_adamw(model, 1e-3).defaults["fused"]
+    assert not training.adamw_fused([torch.zeros(2, dtype=torch.int64)])
+
+
+def test_make_muon_runs_adamw_fused_like_make_adamw() -> None:
+    model = _setup()[0]
+    assert tl.muon.make_muon(model).adamw.defaults["fused"] is True
+    assert not tl.muon.make_muon(model, adamw_fused=False).adamw.defaults["fused"]
+    with pytest.raises(TypeError, match="fused must be None"):
+        tl.muon.make_muon(model, adamw_fused="no")  # type: ignore[arg-type]
 
 
 def test_train_gpt_learns_and_records_its_history() -> None:

@@ -1,7 +1,8 @@
 """Training a GPT on text (chapters 10 and 11): nanoGPT's recipe, the loss over a whole text, checkpoints.
 
 - `cosine_lr`: nanoGPT's learning rate, a linear warm-up then a cosine decay to min_lr.
-- `make_adamw`: AdamW as nanoGPT configures it (weight decay on the matrices only).
+- `make_adamw`: AdamW as nanoGPT configures it (weight decay on the matrices only), PyTorch's fused kernel where it
+  has one (`adamw_fused`).
 - `evaluate_text`: the mean cross-entropy over a WHOLE split (every token predicted once), a fixed number.
 - `TextHistory`, `train_gpt`: chapter 10's trainer. Chapter 11 adds `optimizer="muon"` (the blocks' matrices
   trained with Muon, `tl.muon`) and a training-time budget (`seconds=`, `clock=`) for its comparisons at
@@ -45,6 +46,8 @@ from transformer_lab.multihead import record_attention
 __all__ = [
     "cosine_lr",
     "make_adamw",
+    "adamw_fused",
+    "FUSED_ADAMW_DEVICES",
     "GPT_OPTIMIZERS",
     "evaluate_text",
     "TextHistory",
@@ -191,13 +194,45 @@ class TextHistory:
         return None
 
 
+#: Where `make_adamw` uses PyTorch's fused AdamW by default: the devices the course runs on that have it.
+FUSED_ADAMW_DEVICES = ("cpu", "cuda")
+
+
+def adamw_fused(params: Sequence[Tensor], fused: bool | None = None) -> bool:
+    """Whether an AdamW over `params` runs PyTorch's fused kernel: `fused` where it is given (True, refused for
+    parameters outside FUSED_ADAMW_DEVICES or not floating-point), else True when every parameter allows it."""
+    if fused is not None and not isinstance(fused, bool):
+        raise TypeError(f"fused must be None (where PyTorch has the kernel), True or False, got {fused!r}")
+    allowed = bool(params) and all(p.is_floating_point() and p.device.type in FUSED_ADAMW_DEVICES for p in params)
+    if fused and not allowed:
+        where = sorted({f"{p.device.type} {p.dtype}" for p in params})
+        raise ValueError(
+            f"fused=True needs floating-point parameters on {' or '.join(FUSED_ADAMW_DEVICES)}, got {where}; "
+            "leave fused=None (the fused kernel where it exists) or pass fused=False"
+        )
+    return allowed if fused is None else fused
+
+
 def make_adamw(
-    model: nn.Module, lr: float, weight_decay: float = 0.1, betas: tuple[float, float] = (0.9, 0.99)
+    model: nn.Module,
+    lr: float,
+    weight_decay: float = 0.1,
+    betas: tuple[float, float] = (0.9, 0.99),
+    *,
+    fused: bool | None = None,
 ) -> torch.optim.AdamW:
     """AdamW as nanoGPT configures it: weight decay on the matrices (Linear weights, embeddings) only.
 
     Biases and LayerNorm gains/shifts (the 1-D parameters) are not decayed: pulling a gain towards 0 would
     shrink the activations, not regularise a mapping. A tied matrix is one parameter, decayed once.
+
+    `fused`: nanoGPT asks for PyTorch's fused AdamW wherever PyTorch had it when nanoGPT was written (CUDA);
+    PyTorch has had one for CPUs too since 2.4. By default (None) this uses it on a CPU or a CUDA GPU: one
+    kernel per tensor does the whole update, where the plain implementation makes about ten passes over each
+    tensor. At chapter 10's size on one CPU thread an optimizer step takes 0.8 ms instead of 4.3 ms, 4 % of a
+    training step (`benchmarks/nanogpt_speed.py`). The update rule is the same; the rounding of its last bits
+    is not, so fused and plain runs drift apart by float32's rounding (about 1e-6 in the loss after
+    30 steps). False: the plain implementation (chapter 11's ablation was measured with it).
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
@@ -214,7 +249,8 @@ def make_adamw(
         {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
     ]
-    return torch.optim.AdamW(groups, lr=lr, betas=(float(betas[0]), float(betas[1])))
+    use_fused = adamw_fused(params, fused)
+    return torch.optim.AdamW(groups, lr=lr, betas=(float(betas[0]), float(betas[1])), fused=use_fused)
 
 
 #: The optimizers `train_gpt` can use (its `optimizer` argument, gpt-train's --optimizer).
@@ -229,13 +265,23 @@ def _gpt_optimizer(
     betas: tuple[float, float],
     muon_lr: float,
     muon_weight_decay: float,
+    fused: bool | None = None,
 ) -> torch.optim.Optimizer:
-    """The optimizer `train_gpt`'s `optimizer` argument names: AdamW (chapter 10), or Muon + AdamW (chapter 11)."""
+    """The optimizer `train_gpt`'s `optimizer` argument names: AdamW (chapter 10), or Muon + AdamW (chapter 11);
+    `fused` is AdamW's (`make_adamw`)."""
     if name == "adamw":
-        return make_adamw(model, lr, weight_decay, betas)
+        return make_adamw(model, lr, weight_decay, betas, fused=fused)
     from transformer_lab.muon import make_muon
 
-    return make_muon(model, muon_lr, lr, weight_decay=muon_weight_decay, adamw_weight_decay=weight_decay, betas=betas)
+    return make_muon(
+        model,
+        muon_lr,
+        lr,
+        weight_decay=muon_weight_decay,
+        adamw_weight_decay=weight_decay,
+        betas=betas,
+        adamw_fused=fused,
+    )
 
 
 def train_gpt(
@@ -264,6 +310,7 @@ def train_gpt(
     muon_weight_decay: float = 0.0,
     seconds: float | None = None,
     clock: str = "wall",
+    fused: bool | None = None,
 ) -> TextHistory:
     """Train a `GPT` to predict the next token of `train_data`; returns the `TextHistory` (chapter 10).
 
@@ -310,6 +357,8 @@ def train_gpt(
         clock: what `seconds` and `eval_seconds` count: "wall" (`time.perf_counter`) or "cpu"
             (`time.process_time`, the process's CPU time: on one thread the same as the wall clock of a
             quiet machine, and unaffected by other programs sharing the cores).
+        fused: AdamW's implementation (`make_adamw`): None, PyTorch's fused kernel on a CPU or a CUDA GPU; False,
+            the plain one (as chapter 11's ablation and the shipped checkpoints were trained).
 
     Returns:
         a `TextHistory`; the model is left in eval mode, its attention flags as they were.
@@ -353,7 +402,7 @@ def train_gpt(
     parallel = data_parallel(model, device)  # under torchrun: this process's part of the run
     device = parallel.device
     rows = parallel.rows(batch_size)
-    optimizer = _gpt_optimizer(optimizer, model, lr, weight_decay, betas, muon_lr, muon_weight_decay)
+    optimizer = _gpt_optimizer(optimizer, model, lr, weight_decay, betas, muon_lr, muon_weight_decay, fused)
     generator = torch.Generator().manual_seed(seed)  # the batches: the same on every process
     train_data = train_data.cpu()
     if val_data is not None:

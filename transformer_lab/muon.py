@@ -53,6 +53,7 @@ import torch
 from torch import Tensor, nn
 
 from transformer_lab._checks import check_bool, check_number, check_positive_int, check_probability
+from transformer_lab.gpt_training import adamw_fused as use_fused_adamw
 
 __all__ = [
     "NS_COEFFICIENTS",
@@ -397,6 +398,7 @@ def make_muon(
     adamw_weight_decay: float = 0.1,
     betas: tuple[float, float] = (0.9, 0.99),
     blocks: str = "layers",
+    adamw_fused: bool | None = None,
 ) -> MuonAdamW:
     """Muon for the model's hidden matrices, AdamW for the rest, split by `parameter_roles` (chapter 11).
 
@@ -405,6 +407,7 @@ def make_muon(
         lr, momentum, nesterov, weight_decay, ns_steps, adjust_lr_fn: Muon's (see `Muon`).
         adamw_lr, adamw_weight_decay, betas: AdamW's, as `tl.training.make_adamw` (decay on the matrices only).
         blocks: the submodule holding the blocks (`parameter_roles`).
+        adamw_fused: AdamW's `fused`, as `make_adamw`'s: None, PyTorch's fused kernel on a CPU or a CUDA GPU.
 
     Returns:
         a `MuonAdamW`; its groups carry the parameters' names ("param_names").
@@ -437,5 +440,8 @@ def make_muon(
         {"params": by_role[ADAMW], "weight_decay": adamw_weight_decay},
         {"params": by_role[ADAMW_NO_DECAY], "weight_decay": 0.0},
     ]
-    adamw = torch.optim.AdamW([g for g in groups if g["params"]], lr=adamw_lr, betas=(float(betas[0]), float(betas[1])))
+    fused = use_fused_adamw([p for g in groups for _, p in g["params"]], adamw_fused)
+    adamw = torch.optim.AdamW(
+        [g for g in groups if g["params"]], lr=adamw_lr, betas=(float(betas[0]), float(betas[1])), fused=fused
+    )
     return MuonAdamW(muon, adamw)

@@ -46,6 +46,7 @@ from transformer_lab.gpt_training import (
     GPT_OPTIMIZERS,  # noqa: F401 - gpt-train's --optimizer choices, imported from here
     TextHistory,
     ablation_summary,
+    adamw_fused,
     cosine_lr,
     evaluate_text,
     load_gpt,
@@ -74,6 +75,7 @@ __all__ = [
     "build_model",
     "cosine_lr",
     "make_adamw",
+    "adamw_fused",
     "evaluate_text",
     "TextHistory",
     "train_gpt",
