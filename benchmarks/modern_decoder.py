@@ -73,8 +73,12 @@ MODERN: dict[str, Any] = dict(
     logit_softcap=15.0,
     zero_init_output=True,
 )
-#: Chapter 10's recipe, as a time-budgeted run (its step count replaced by the budget).
-ADAMW_RECIPE: dict[str, Any] = dict(batch_size=12, lr=3e-3, min_lr=1e-4, warmup=30, weight_decay=0.1, clip_norm=1.0)
+#: Chapter 10's recipe, as a time-budgeted run (its step count replaced by the budget). AdamW runs its plain
+#: implementation (fused=False), with which the published table and step costs were measured; the package has
+#: used PyTorch's fused AdamW by default since (`make_adamw`), which makes an AdamW step about 3 % cheaper.
+ADAMW_RECIPE: dict[str, Any] = dict(
+    batch_size=12, lr=3e-3, min_lr=1e-4, warmup=30, weight_decay=0.1, clip_norm=1.0, fused=False
+)
 #: Chapter 10's recipe itself (its 1400 steps): the reference, and what sets the budget.
 CHAPTER_10: dict[str, Any] = dict(ADAMW_RECIPE, steps=CHAPTER_RECIPE["steps"])
 #: The full modern model's recipe: Muon for the blocks' matrices, AdamW (as chapter 10) for the rest.
@@ -230,6 +234,7 @@ def step_costs(names: list[str], rounds: int, steps: int, seed: int = 0) -> dict
             (0.9, 0.99),
             recipe.get("muon_lr", 0.02),
             0.0,
+            recipe["fused"],
         )
         state[name] = (model, optimizer, torch.Generator().manual_seed(seed), recipe)
     block, batch = MODEL["block_size"], ADAMW_RECIPE["batch_size"]

@@ -8,13 +8,17 @@ biases), one torch thread, two pairs of models, each pair holding the same weigh
 1. **GPT-2**: `transformer_lab.gpt.GPT` with GPT-2's switches (learned positions, LayerNorm, tied head) and
    `activation="gelu"` (the exact GELU: nanoGPT's `nn.GELU()`), against nanoGPT's `GPT` with `bias=False`.
    Optimizers: ours `tl.training.make_adamw`, nanoGPT's own `configure_optimizers` (the same groups and settings:
-   weight decay 0.1 on the matrices, betas (0.9, 0.99), lr 1e-3; not fused on a CPU).
+   weight decay 0.1 on the matrices, betas (0.9, 0.99), lr 1e-3). nanoGPT asks for PyTorch's fused AdamW on CUDA
+   only (it was written before PyTorch had a fused AdamW for CPUs); `make_adamw` uses it on a CPU too. So the
+   pair is measured twice: each trainer's step as it trains (ours fused, theirs plain), and both with the plain
+   AdamW (`make_adamw(..., fused=False)`), which compares the models alone and keeps the two runs equal to the
+   bit.
 2. **Modern**: our GPT with nanochat's switches (rotary positions in the "halves" layout, RMSNorm without weights,
    a norm after the embedding, QK norm, ReLU^2, grouped-query attention with 2 key/value heads, an untied head,
    logit soft-cap 15), against nanochat's `GPT` from its `gpt.py` of November 2025 (commit 11e68bf, the last
    one with only these changes; later ones add value embeddings, smear and backout gates, per-layer residual
    scalars and sliding windows, which our GPT has no switches for). Both with `make_adamw` (nanochat's own
-   optimizer is Muon + AdamW; the step compared here is the model's, the optimizer being equal).
+   optimizer is Muon + AdamW; the step compared here is the model's, the optimizer being equal: fused for both).
 
 A training step is what `tl.training.train_gpt` does each step (without clipping, as the issue states it):
 zero_grad(set_to_none), forward, cross-entropy, backward, AdamW step, ours on the fast path
@@ -45,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import datetime
 import importlib
 import importlib.util
@@ -79,6 +84,7 @@ KV_HEADS = 2  # the modern pair's grouped-query attention
 LR, WEIGHT_DECAY, BETAS = 1e-3, 0.1, (0.9, 0.99)
 N_BATCHES = 8
 LOSS_TOLERANCE = 1e-5
+PLAIN = "ours, GPT-2 switches, plain AdamW"
 NANOCHAT_REV = "11e68bf4427aef8748a8c0c3978c9c03838a9466"  # nanochat/gpt.py of 2025-11-17
 NANOCHAT_FILES = ("__init__.py", "common.py", "gpt.py", "muon.py", "adamw.py")  # what gpt.py imports
 MIRRORS = Path("/work/.mirror")
@@ -388,11 +394,14 @@ def main(argv: list[str] | None = None) -> int:
         path = nanogpt_model_file(nanogpt_source, args.nanogpt_rev, workdir)
         torch.manual_seed(args.seed)
         ours, theirs = gpt2_pair(load_nanogpt(path))
+        plain = copy.deepcopy(ours)  # the same weights, trained with the plain AdamW as nanoGPT's on a CPU
         add("ours, GPT-2 switches", ours, ours_loss(ours), make_adamw(ours, LR, WEIGHT_DECAY, BETAS))
+        add(PLAIN, plain, ours_loss(plain), make_adamw(plain, LR, WEIGHT_DECAY, BETAS, fused=False))
         with contextlib.redirect_stdout(io.StringIO()):  # it prints its parameter groups
             their_opt = theirs.configure_optimizers(WEIGHT_DECAY, LR, BETAS, "cpu")
         add("nanoGPT", theirs, nanogpt_loss(theirs), their_opt)
         pairs.append(("GPT-2 (exact GELU)", "ours, GPT-2 switches", "nanoGPT"))
+        pairs.append(("GPT-2, both plain AdamW", PLAIN, "nanoGPT"))
         rev = f" at {args.nanogpt_rev}" if _is_git_dir(nanogpt_source) else ""
         sources.append(f"nanoGPT: `model.py` from {nanogpt_source}{rev}")
     if nanochat_source is None:
