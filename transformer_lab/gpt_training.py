@@ -228,11 +228,12 @@ def make_adamw(
 
     `fused`: nanoGPT asks for PyTorch's fused AdamW wherever PyTorch had it when nanoGPT was written (CUDA);
     PyTorch has had one for CPUs too since 2.4. By default (None) this uses it on a CPU or a CUDA GPU: one
-    kernel per tensor does the whole update, where the plain implementation makes about ten passes over each
-    tensor. At chapter 10's size on one CPU thread an optimizer step takes 0.8 ms instead of 4.3 ms, 4 % of a
-    training step (`benchmarks/nanogpt_speed.py`). The update rule is the same; the rounding of its last bits
-    is not, so fused and plain runs drift apart by float32's rounding (about 1e-6 in the loss after
-    30 steps). False: the plain implementation (chapter 11's ablation was measured with it).
+    kernel per tensor does the whole update, where the plain implementation makes about eight passes over each
+    tensor (mul_, lerp_, mul_, addcmul_, sqrt, div, add_, addcdiv_). At chapter 10's size on one CPU thread an
+    AdamW step took 2.1 ms of CPU instead of 5.4 ms (under the profiler), and a whole training step 1-4 % less
+    (`benchmarks/nanogpt_speed.py`, results in benchmarks/README.md). The update rule is the same; the rounding
+    of its last bits is not, so fused and plain runs drift apart by float32's rounding (about 1e-6 in the loss
+    over the benchmark's 66 steps). False: the plain implementation (chapter 11's ablation was measured with it).
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
