@@ -50,6 +50,19 @@ def test_recipe_curves_put_both_runs_on_the_characters_axis() -> None:
     _draw(fig)
 
 
+def test_recipe_curves_label_two_nearby_ends_one_above_one_below() -> None:
+    """A rerun that ends a little apart from its shipped run (chapter 10: 1.853 against 1.861): the two values
+    would be drawn over each other, so the second goes below its point; a distant end keeps its label above."""
+    rerun = _history()
+    rerun.val_loss = [2.5, 2.2, 1.892]
+    far = _history()
+    far.val_loss = [2.5, 2.2, 1.6]
+    fig = tl.plotting.recipe_curves({"a": _history(), "b": rerun, "c": far}, dict.fromkeys("abc", 768))
+    offsets = {t.get_text(): t.xyann[1] for t in fig.axes[1].texts}
+    assert offsets == {"1.900": 4, "1.892": -12, "1.600": 4}
+    _draw(fig)
+
+
 def test_recipe_curves_refuse_missing_sizes_and_bad_histories() -> None:
     with pytest.raises(ValueError, match="characters_per_step"):
         tl.plotting.recipe_curves({"a": _history()}, {"b": 768})

@@ -93,9 +93,15 @@ def recipe_curves(
     with course_style():
         for ax in axes[0]:
             ax.set_ylim(1.4, 3.0)
+        labelled: list[tuple[float, float]] = []
         for line, (xs, ys) in zip(axes[0, 1].get_lines(), val.values(), strict=True):
             axes[0, 1].scatter(xs[-1:], ys[-1:], s=18, color=line.get_color())
-            axes[0, 1].annotate(f"{ys[-1]:.3f}", (xs[-1], ys[-1]), textcoords="offset points", xytext=(4, 4))
+            end = (float(xs[-1]), float(ys[-1]))
+            # two runs ending at nearly the same point (a rerun of a shipped run): the second label goes below
+            below = any(abs(end[0] - x) < 0.05 and abs(end[1] - y) < 0.05 for x, y in labelled)
+            offset = (4, -12 if below else 4)
+            axes[0, 1].annotate(f"{end[1]:.3f}", end, textcoords="offset points", xytext=offset, color=line.get_color())
+            labelled.append(end)
         if target is not None:
             axes[0, 1].axhline(target, color="0.4", linestyle="--", linewidth=1.0)
             axes[0, 1].annotate(f"{target}", (0.0, target), textcoords="offset points", xytext=(2, -12), color="0.3")
