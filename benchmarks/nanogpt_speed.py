@@ -3,7 +3,7 @@
     python benchmarks/nanogpt_speed.py --nanogpt PATH [--nanochat PATH] [--repeats 40] [--warmup 5] [--profile 10]
 
 At chapter 10's configuration (vocabulary 65, block 64, d_model 128, 4 layers, 4 heads, batch 12, dropout 0, no
-biases), one torch thread, two pairs of models, each pair holding the same weights:
+biases), one torch thread, five models in two comparisons, the models of each holding the same weights:
 
 1. **GPT-2**: `transformer_lab.gpt.GPT` with GPT-2's switches (learned positions, LayerNorm, tied head) and
    `activation="gelu"` (the exact GELU: nanoGPT's `nn.GELU()`), against nanoGPT's `GPT` with `bias=False`.
