@@ -1,15 +1,17 @@
 """Attention of a trained model, for the chapters before the model is built (01, 03, 06, 07).
 
-The course ships one trained model: chapter 09's date normaliser (`transformer_lab/assets/dates_model.pt`,
-made by `python -m transformer_lab.cli train --task dates --seed 0 --out ...`; 2 encoder and 2 decoder
+The course ships several trained models in `transformer_lab/assets/`: chapter 09's date normaliser
+(`dates_model.pt`) and seven small decoder-only GPTs of chapters 10 to 12 (`gpt_*.pt`). This module serves
+the date normaliser, the only one with an encoder and cross-attention (made by
+`python -m transformer_lab.cli train --task dates --seed 0 --out ...`; 2 encoder and 2 decoder
 layers, 4 heads, d_model 64). It reads a date written in one of several formats, Chinese included
 ("2026年11月21日", "21 Nov 2026", "11/21/2026", ...), and writes it as ISO "2026-11-21". Its attention
 maps are trained, unlike the random ones an untrained layer draws: earlier chapters use them to show what
 attention learns, with the same plotting functions.
 
-`date_attention(text)` runs the model once with teacher forcing on the text and its correct normalised
-form and returns every attention map with the characters as labels. Shape legend: L layers, H heads,
-S source characters, T target characters.
+`date_attention(text)` runs the model once with teacher forcing on the text and a target (by default the
+model's own greedy output) and returns every attention map with the characters as labels. Shape legend:
+L layers, H heads, S source characters, T target characters.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ class DateAttention:
     """Every attention map of the trained date model on one example (weights detached, on the CPU).
 
     Attributes:
-        source, target: the input text and the model's target (its correct normalised form).
+        source, target: the input text and the target fed to the decoder (by default the model's own output).
         source_labels: the S source characters; target_labels: the T decoder inputs ("<bos>" then the target).
         encoder_self: one (H, S, S) map per encoder layer (queries and keys: source characters).
         decoder_self: one (H, T, T) map per decoder layer (causal).
