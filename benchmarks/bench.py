@@ -318,6 +318,38 @@ def processor_name() -> str:
     return platform.processor() or platform.machine()
 
 
+# What decides the cost of bfloat16 arithmetic on a CPU: whether it has bfloat16 instructions (x86: AVX-512 BF16
+# and AMX-BF16; Arm: BF16 and SVE BF16) and whether PyTorch's kernels use them. A result file names them beside
+# the processor, since the same code can be several times faster or slower in bfloat16 from one CPU to another.
+BFLOAT16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16", "svebf16")
+
+
+def bfloat16_flags(cpuinfo: str | None = None) -> str:
+    """The CPU's bfloat16 instructions as /proc/cpuinfo lists them (its `flags` line on x86, `Features` on Arm),
+    e.g. "bfloat16 flags: avx512_bf16, amx_bf16", "bfloat16 flags: none of avx512_bf16, amx_bf16", or "unknown"
+    where there is no /proc/cpuinfo (macOS, Windows)."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return f"bfloat16 flags: unknown (no /proc/cpuinfo on {platform.system()} {platform.machine()})"
+    for line in cpuinfo.splitlines():
+        key = line.split(":", 1)[0].strip().lower()
+        if key in ("flags", "features") and ":" in line:
+            present = set(line.split(":", 1)[1].split())
+            arm = key == "features"
+            wanted = BFLOAT16_FLAGS[2:] if arm else BFLOAT16_FLAGS[:2]
+            found = [flag for flag in wanted if flag in present]
+            return "bfloat16 flags: " + (", ".join(found) if found else "none of " + ", ".join(wanted))
+    return "bfloat16 flags: unknown (/proc/cpuinfo lists no flags)"
+
+
+def device_line(device: torch.device) -> str:
+    """The "- device:" line of a result file: the machine, the CPUs visible, and on a CPU its bfloat16 flags."""
+    line = f"- device: {machine_name(device)}, {os.cpu_count()} logical CPUs visible"
+    return line + (f"; {bfloat16_flags()}" if device.type == "cpu" else "")
+
+
 def machine_name(device: torch.device) -> str:
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else processor_name()
     slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
@@ -328,7 +360,7 @@ def conditions(device: torch.device, args: argparse.Namespace, load_before: str,
     lines = [
         f"- date (UTC): {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M}",
         f"- command: `python benchmarks/bench.py {' '.join(sys.argv[1:])}`".replace("  ", " "),
-        f"- device: {machine_name(device)}, {os.cpu_count()} logical CPUs visible",
+        device_line(device),
         f"- torch {torch.__version__}, Python {platform.python_version()}, torch threads {torch.get_num_threads()}",
         f"- B={BATCH}, d_model={D_MODEL}, heads={HEADS}, d_ff={D_FF}, dropout={args.dropout}, training mode; "
         f"{args.repeats} interleaved repeats (median), {args.warmup} warm-up steps per variant "

@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench import machine_name, time_once  # noqa: E402 - beside this file: the same timing as the other benchmarks
+from bench import device_line, time_once  # noqa: E402 - beside this file: the same timing as the other benchmarks
 
 from transformer_lab.gpt import GPT, GPTConfig  # noqa: E402
 from transformer_lab.muon import MuonAdamW, make_muon  # noqa: E402
@@ -136,7 +136,7 @@ def report(
         "",
         f"- date (UTC): {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M}",
         f"- command: `{' '.join(['python benchmarks/muon_bench.py', *sys.argv[1:]])}`",
-        f"- device: {machine_name(device)}, {os.cpu_count()} logical CPUs visible",
+        device_line(device),
         f"- torch {torch.__version__}, Python {platform.python_version()}, torch threads {torch.get_num_threads()}",
         f"- GPT: vocabulary {VOCAB}, block {BLOCK}, d_model {D_MODEL}, {LAYERS} layers, {HEADS} heads; batch {BATCH}; "
         f"{args.repeats} interleaved repeats (median), {args.warmup} warm-up rounds",

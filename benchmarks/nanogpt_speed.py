@@ -73,7 +73,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench import machine_name  # noqa: E402 - beside this file: the machine's name as the other benchmarks write it
+from bench import device_line, machine_name  # noqa: E402 - beside this file: the machine's name as the other benchmarks write it
 
 from transformer_lab.gpt import GPT, GPTConfig  # noqa: E402
 from transformer_lab.multihead import record_attention  # noqa: E402
@@ -434,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"- date (UTC): {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M}",
         f"- command: `{' '.join(['python benchmarks/nanogpt_speed.py', *sys.argv[1:]])}`",
-        f"- device: {machine_name(device)}, {os.cpu_count()} logical CPUs visible",
+        device_line(device),
         f"- torch {torch.__version__}, Python {platform.python_version()}, torch threads {torch.get_num_threads()}",
         *(f"- {s}" for s in sources),
         f"- vocabulary {VOCAB}, block {BLOCK}, d_model {D_MODEL}, {LAYERS} layers, {HEADS} heads, batch {BATCH}, "
