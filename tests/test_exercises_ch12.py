@@ -70,3 +70,55 @@ def test_bits_per_byte_of_characters_is_the_mean_loss_over_ln2() -> None:
     logits, targets, token_bytes = ex.bits_per_byte.cases[1].inputs()
     mean_loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten()).item()
     assert ex._bits_per_byte_reference(logits, targets, token_bytes) == pytest.approx(mean_loss / math.log(2))
+
+
+def _feedback(exercise, answer, language: str = "en") -> str:  # noqa: ANN001
+    from transformer_lab import set_language
+
+    set_language(language)
+    try:
+        return exercise.run(answer).report()
+    finally:
+        set_language("en")
+
+
+def test_a_dropped_last_id_is_named() -> None:
+    def dropped(ids, new_id):  # noqa: ANN001, ANN202
+        counts = {}
+        for pair in zip(ids, ids[1:], strict=False):
+            counts[pair] = counts.get(pair, 0) + 1
+        best = min(counts, key=lambda pair: (-counts[pair], pair))
+        merged, skip = [], False
+        for left, right in zip(ids, ids[1:], strict=False):  # over the pairs: the last id is never `left`
+            if skip:
+                skip = False
+            elif (left, right) == best:
+                merged.append(new_id)
+                skip = True
+            else:
+                merged.append(left)
+        return best, merged
+
+    report = _feedback(ex.merge_step, dropped)
+    assert "the last id was dropped" in report
+    assert "最后一个 id 丢了" in _feedback(ex.merge_step, dropped, "zh")
+    assert ex.merge_step._run(ex._merge_last_id_dropped, [1, 2, 3], 9) == ((1, 2), [9])  # the 3 is lost
+
+
+def test_bits_over_the_vocabularys_mean_token_length_are_named() -> None:
+    def mean_bytes(logits, targets, token_bytes):  # noqa: ANN001, ANN202
+        log_probs = logits - logits.logsumexp(dim=-1, keepdim=True)
+        bits = -log_probs.gather(-1, targets[..., None]).sum() / math.log(2)
+        return (bits / targets.numel() / token_bytes.double().mean()).item()
+
+    report = _feedback(ex.bits_per_byte, mean_bytes)
+    assert "the vocabulary's mean bytes per token" in report and "your bits per byte is" in report
+    zh = _feedback(ex.bits_per_byte, mean_bytes, "zh")
+    assert "平均每词元字节数" in zh and "output" not in zh and "你算出的每字节比特数" in zh
+
+
+def test_every_new_mistake_fails_a_case_and_passes_none_it_should_not() -> None:
+    for exercise, answer in ((ex.merge_step, ex._merge_last_id_dropped),
+                             (ex.bits_per_byte, ex._bpb_mean_vocabulary_bytes)):
+        result = exercise.run(answer)
+        assert not result.passed and result.n_passed < len(exercise.cases)

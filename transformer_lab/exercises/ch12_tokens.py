@@ -17,7 +17,8 @@ import torch
 from torch import Tensor
 
 from transformer_lab import bpe
-from transformer_lab.exercises.core import Case, Exercise, Mistake
+from transformer_lab.exercises.core import Case, Exercise, Mistake, compare
+from transformer_lab.i18n import text as _t
 
 __all__ = ["predict_utf8_bytes", "merge_step", "decode_tokens", "bits_per_byte"]
 
@@ -153,6 +154,15 @@ def _merge_non_overlapping_counts(ids, new_id):  # noqa: ANN001, ANN202
     return best, _replace(ids, best, new_id)
 
 
+def _merge_last_id_dropped(ids, new_id):  # noqa: ANN001, ANN202
+    counts = _pair_counts(ids)
+    best = min(counts, key=lambda pair: (-counts[pair], pair))
+    merged = _replace(ids, best, new_id)
+    # a loop over the pairs (while i < len(ids) - 1) stops before the last id: unless the last pair was merged,
+    # that id is never copied
+    return best, merged if merged[-1] == new_id else merged[:-1]
+
+
 def _merge_only_first(ids, new_id):  # noqa: ANN001, ANN202
     counts = _pair_counts(ids)
     best = min(counts, key=lambda pair: (-counts[pair], pair))
@@ -217,6 +227,12 @@ merge_step = Exercise(
             _merge_non_overlapping_counts,
             "only every other pair was counted (positions 0-1, 2-3, ...): a pair starting at an odd position "
             "counts too.",
+        ),
+        Mistake(
+            _merge_last_id_dropped,
+            "the last id was dropped: a loop over the pairs (i < len(ids) - 1, or zip(ids, ids[1:])) ends before "
+            "the last id, so when that id is not the right half of a merged pair nothing copies it. Every id that no "
+            "merge takes must stay in the new list.",
         ),
         Mistake(
             _merge_only_first,
@@ -360,6 +376,11 @@ def _bpb_vocabulary_bytes(logits, targets, token_bytes):  # noqa: ANN001, ANN202
     return (_token_losses(logits, targets).sum() / math.log(2) / token_bytes.sum()).item()  # the vocabulary's
 
 
+def _bpb_mean_vocabulary_bytes(logits, targets, token_bytes):  # noqa: ANN001, ANN202
+    bits = _token_losses(logits, targets).sum() / math.log(2)
+    return (bits / (targets.numel() * token_bytes.float().mean())).item()  # the vocabulary's mean bytes per token
+
+
 def _bpb_with_library(logits, targets, token_bytes):  # noqa: ANN001, ANN202
     import torch.nn.functional as F
 
@@ -378,7 +399,21 @@ def _bpb_case(name: str, shape: tuple[int, int], vocab: int, seed: int) -> Case:
     return Case(name, inputs, atol=1e-9, rtol=1e-9)
 
 
-bits_per_byte = Exercise(
+class _NamedOutput(Exercise):
+    """An exercise that returns one value, named in its feedback ("your bits per byte is 1.14, expected 1")."""
+
+    def __init__(self, *args, output_name: str, **kwargs) -> None:  # noqa: ANN002, ANN003
+        super().__init__(*args, **kwargs)
+        self.output_name = output_name
+
+    def compare(self, got, expected, case):  # noqa: ANN001, ANN201
+        return compare(got, expected, case.atol, case.rtol, _t(self.output_name))
+
+    def texts(self) -> list[str]:
+        return [*super().texts(), self.output_name]
+
+
+bits_per_byte = _NamedOutput(
     "bits_per_byte",
     reference=_bits_per_byte_reference,
     cases=[
@@ -432,6 +467,12 @@ bits_per_byte = Exercise(
             "Divide the total bits by the total bytes.",
         ),
         Mistake(
+            _bpb_mean_vocabulary_bytes,
+            "the bits were divided by the number of tokens times the vocabulary's mean bytes per token "
+            "(token_bytes.mean()): that is the length of an average token of the vocabulary, not of the tokens "
+            "predicted here. Count the bytes of the targets themselves: token_bytes[targets].",
+        ),
+        Mistake(
             _bpb_vocabulary_bytes,
             "the bytes of the whole vocabulary were counted: count the bytes of the predicted tokens (the "
             "targets), each time one occurs.",
@@ -439,4 +480,5 @@ bits_per_byte = Exercise(
     ],
     forbidden=["cross_entropy", "nll_loss"],
     shortcuts=[_bpb_with_library],
+    output_name="your bits per byte",
 )
