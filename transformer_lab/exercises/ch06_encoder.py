@@ -196,7 +196,8 @@ encode_ragged = Exercise(
         Mistake(
             _ragged_inverted_mask,
             "Your mask is inverted, True at the padding: in this course True means 'may attend' (PyTorch's own "
-            "padding masks use the opposite), so the real tokens attended to the filler only.",
+            "padding masks use the opposite), so the real tokens could attend only to the filler, or to nothing at "
+            "all where a sentence has no padding.",
         ),
         Mistake(
             _ragged_mask_on_queries,
@@ -359,6 +360,14 @@ def _load_k_q_v(theirs):  # noqa: ANN001, ANN202
     return _load(theirs, order=(1, 0, 2))
 
 
+def _load_v_k_q(theirs):  # noqa: ANN001, ANN202
+    return _load(theirs, order=(2, 1, 0))
+
+
+def _load_q_v_k(theirs):  # noqa: ANN001, ANN202
+    return _load(theirs, order=(0, 2, 1))
+
+
 def _load_transposed(theirs):  # noqa: ANN001, ANN202
     return _load(theirs, transpose=True)
 
@@ -430,6 +439,16 @@ from_pytorch_layer = Exercise(
             _load_k_q_v,
             "W^Q and W^K came from each other's block of in_proj_weight: the scores were computed as keys against "
             "queries. Check the order in which PyTorch stacks the three projections.",
+        ),
+        Mistake(
+            _load_v_k_q,
+            "W^Q and W^V came from each other's block of in_proj_weight: the queries were made by the value "
+            "projection and the values by the query projection. PyTorch stacks the three in the order Q, K, V.",
+        ),
+        Mistake(
+            _load_q_v_k,
+            "W^K and W^V came from each other's block of in_proj_weight: the keys were made by the value projection "
+            "and the values by the key projection. PyTorch stacks the three in the order Q, K, V.",
         ),
         Mistake(
             _load_transposed,
