@@ -41,6 +41,14 @@ def _one_total(x: Tensor) -> Tensor:
     return (x * x).sum()  # (): every vector's entries added together
 
 
+def _kept_dimension(x: Tensor) -> Tensor:
+    return (x * x).sum(dim=-1, keepdim=True)  # (..., 1): the summed dimension kept
+
+
+def _all_pairs(x: Tensor) -> Tensor:
+    return x @ x.transpose(-1, -2)  # (..., N, N): every vector against every vector, not each with itself
+
+
 def _norm_squared(x: Tensor) -> Tensor:  # the finished version: gets no credit
     return torch.linalg.vector_norm(x, dim=-1) ** 2
 
@@ -103,6 +111,16 @@ squared_lengths = Exercise(
         Mistake(
             _one_total,
             "the sum ran over the whole tensor: one number for all the vectors together, not one per vector.",
+        ),
+        Mistake(
+            _kept_dimension,
+            "the output keeps a last dimension of size 1, (..., 1), where one number per vector, (...), is asked "
+            "for: the summed dimension must go.",
+        ),
+        Mistake(
+            _all_pairs,
+            "that is the dot product of every vector with every other vector, a table with one row and one column "
+            "per vector. A squared length is the dot product of a vector with itself only: one number per vector.",
         ),
     ],
     forbidden=["vector_norm", "norm", "linalg_vector_norm"],
