@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import torch  # noqa: E402
-from bench import processor_name  # noqa: E402 - beside this file: the machine's name as the other benchmarks read it
+from bench import bfloat16_flags, processor_name  # noqa: E402 - beside this file: the machine's name as the other benchmarks read it
 from gpt_recipe import CHAPTER_RECIPE, MODEL  # noqa: E402
 
 from transformer_lab.gpt_training import ablation_summary  # noqa: E402
@@ -134,8 +134,9 @@ def variants() -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
 
 
 def _machine() -> str:
-    """The processor's model name and how many CPUs this process sees, as the log records them."""
-    return f"{processor_name()} ({os.cpu_count()} CPUs)"
+    """The processor's model name, how many CPUs this process sees and its bfloat16 instructions, as the log records
+    them (runs before the flags were recorded name only the processor and the CPUs)."""
+    return f"{processor_name()} ({os.cpu_count()} CPUs; {bfloat16_flags()})"
 
 
 # ---------------------------------------------------------------- one run (in a worker process)
