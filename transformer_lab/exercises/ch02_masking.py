@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.masked
@@ -174,6 +175,10 @@ def _new_tokens_square(n_new: int, n_total: int) -> Tensor:
     return torch.ones(n_new, n_new, dtype=torch.bool).tril()  # only the new keys
 
 
+def _new_tokens_every_row(n_new: int, n_total: int) -> Tensor:
+    return torch.ones(n_total, n_total, dtype=torch.bool).tril()  # a row for every token, not only the new ones
+
+
 def _new_tokens_blocked(n_new: int, n_total: int) -> Tensor:
     query_position = torch.arange(n_total - n_new, n_total)[:, None]
     return torch.arange(n_total)[None, :] > query_position  # True at the future: PyTorch's "blocked" meaning
@@ -243,6 +248,11 @@ causal_mask_for_new_tokens = Exercise(
             _new_tokens_square,
             "there is one column per new token only: the keys are all n_total tokens, the earlier ones kept in "
             "the cache as well as the new ones.",
+        ),
+        Mistake(
+            _new_tokens_every_row,
+            "there is one row for every token of the sequence: only the n_new newest tokens are queries here, so "
+            "the mask has one row per new token (and one column per key).",
         ),
         Mistake(
             _new_tokens_blocked,
@@ -354,6 +364,17 @@ def _masked_softmax_finfo_min(scores: Tensor, mask: Tensor) -> Tensor:
     return torch.softmax(scores.masked_fill(~mask, fill), dim=-1)
 
 
+def _masked_softmax_in_float32(scores: Tensor, mask: Tensor) -> Tensor:
+    weights = torch.softmax(scores.float().masked_fill(~mask, float("-inf")), dim=-1)  # never cast back
+    return weights.masked_fill(~mask, 0.0)
+
+
+def _masked_softmax_run(candidate: Callable[..., Any], scores: Tensor, mask: Tensor) -> tuple[Any, str]:
+    """The weights, and their dtype (the check asks for the scores' dtype back: weights @ value needs it)."""
+    weights = candidate(scores, mask)
+    return weights, str(weights.dtype) if isinstance(weights, Tensor) else type(weights).__name__
+
+
 def _masked_softmax_zero_after(scores: Tensor, mask: Tensor) -> Tensor:
     return torch.softmax(scores, dim=-1) * mask  # zeros, but the rows no longer sum to 1
 
@@ -395,6 +416,7 @@ def _left_padded_mask() -> Tensor:
 masked_softmax = Exercise(
     name="masked_softmax",
     reference=_masked_softmax_reference,
+    run=_masked_softmax_run,
     cases=[
         Case(
             "a causal mask (5, 5), float32",
@@ -468,7 +490,13 @@ masked_softmax = Exercise(
             "the keys a query may see got weight 0 and the masked ones got all of it: the mask was read as "
             'True = blocked, but in the library\'s convention True means "may attend".',
         ),
+        Mistake(
+            _masked_softmax_in_float32,
+            "the weights are right, but float16 scores gave float32 weights: return them in the scores' dtype, "
+            "or the attention's next step, weights @ value, fails for a float16 value.",
+        ),
     ],
+    output_names=["your output", "your output's dtype"],
     forbidden=[
         "scaled_dot_product_attention",
         "multi_head_attention_forward",
