@@ -122,3 +122,22 @@ def test_every_new_mistake_fails_a_case_and_passes_none_it_should_not() -> None:
                              (ex.bits_per_byte, ex._bpb_mean_vocabulary_bytes)):
         result = exercise.run(answer)
         assert not result.passed and result.n_passed < len(exercise.cases)
+
+
+def test_the_cold_reads_mistakes_are_named() -> None:
+    assert "as a str" in _feedback(ex.predict_utf8_bytes, lambda: "26")
+    assert "full-width" in _feedback(ex.predict_utf8_bytes, lambda: 28)
+    assert "the lowest count" in _feedback(ex.merge_step, ex._merge_least_frequent)
+    assert "kept until they decoded" in _feedback(ex.decode_tokens, ex._decode_streaming)
+    assert "likeliest tokens" in _feedback(ex.bits_per_byte, ex._bpb_argmax_bytes)
+
+
+def test_bits_per_byte_in_float32_is_accepted() -> None:
+    def in_float32(logits, targets, token_bytes):  # noqa: ANN001, ANN202
+        logits = logits.float()  # a right answer with float32 rounding (about 1e-7)
+        log_probs = logits - logits.logsumexp(dim=-1, keepdim=True)
+        return (-log_probs.gather(-1, targets[..., None]).sum() / math.log(2) / token_bytes[targets].sum()).item()
+
+    assert ex.bits_per_byte.run(in_float32).passed
+    for mistake in ex.bits_per_byte.mistakes:  # each mistake is off by far more than the tolerance
+        assert not ex.bits_per_byte.run(mistake.answer).passed
