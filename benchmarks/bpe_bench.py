@@ -231,7 +231,8 @@ def report(args: argparse.Namespace, train: dict[str, Any], enc: dict[str, dict]
     lines += [
         "",
         "| compression on the validation split (last 10 %), trained on the first 90 % | pattern | bytes | "
-        "ours bytes/token | HF BpeTrainer bytes/token | same merges | train wall s ours / HF (one run, not the median) |",
+        "ours bytes/token | HF BpeTrainer bytes/token | same merges | "
+        "train wall s ours / HF (one run, not the median) |",
         "| --- | --- | ---: | ---: | ---: | --- | --- |",
     ]
     for c in comp:

@@ -118,8 +118,10 @@ def test_bits_over_the_vocabularys_mean_token_length_are_named() -> None:
 
 
 def test_every_new_mistake_fails_a_case_and_passes_none_it_should_not() -> None:
-    for exercise, answer in ((ex.merge_step, ex._merge_last_id_dropped),
-                             (ex.bits_per_byte, ex._bpb_mean_vocabulary_bytes)):
+    for exercise, answer in (
+        (ex.merge_step, ex._merge_last_id_dropped),
+        (ex.bits_per_byte, ex._bpb_mean_vocabulary_bytes),
+    ):
         result = exercise.run(answer)
         assert not result.passed and result.n_passed < len(exercise.cases)
 
