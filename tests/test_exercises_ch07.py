@@ -108,6 +108,33 @@ def test_cached_steps_one_by_one_equal_one_masked_pass() -> None:
     assert k.shape == (2, 4, 6, 4)
 
 
+
+def test_a_loss_per_position_or_in_bits_is_told_what_it_is(capsys) -> None:  # noqa: ANN001
+    """ln 2 is note 000's loss at one position as well as the correct decoder's bound; 4.0 is 4 ln 2 in bits."""
+    exercise = ex.predict_best_loss_like_000
+    per_position = F.cross_entropy(torch.tensor([[0.0, 0.0]]), torch.tensor([0])).item()  # two letters, 1/2 each
+    assert math.isclose(per_position, math.log(2), rel_tol=1e-6)
+    assert math.isclose(exercise.reference() / math.log(2), 4.0)  # the same loss counted in bits
+    for wrong, words in ((math.log(2), "at ONE position"), (4.0, "in bits"), (4, "in bits")):
+        assert not exercise.run(lambda wrong=wrong: wrong).passed
+        exercise.check(lambda wrong=wrong: wrong)
+        assert words in capsys.readouterr().out
+
+
+def test_the_cache_order_shows_only_through_a_mask() -> None:
+    """What exercise 5's feedback on a new key put first says: without a mask the step's output is the same for
+    any order of the cached keys; a mask over the cached positions addresses them by index."""
+    attn, h_new, k_cache, v_cache = ex.cached_self_attention.cases[2].inputs()  # 5 tokens cached, 4 heads
+    with torch.no_grad():
+        k_new, v_new = attn.project_kv(h_new, h_new)
+        k_last, v_last = torch.cat([k_cache, k_new], 2), torch.cat([v_cache, v_new], 2)
+        k_first, v_first = torch.cat([k_new, k_cache], 2), torch.cat([v_new, v_cache], 2)
+        torch.testing.assert_close(attn.attend(h_new, k_first, v_first), attn.attend(h_new, k_last, v_last))
+        blocked = torch.ones(1, 1, 1, 6, dtype=torch.bool)
+        blocked[..., 0] = False  # a padded first position of the prompt
+        differ = attn.attend(h_new, k_first, v_first, blocked) - attn.attend(h_new, k_last, v_last, blocked)
+    assert differ.abs().max() > 1e-3
+
 # --- right answers in other styles than the reference's: each must pass ----------------------------------------
 
 

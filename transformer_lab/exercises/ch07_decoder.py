@@ -115,6 +115,12 @@ def _post_queries_from_memory(x, memory, sa, ca, ff, n1, n2, n3, tgt_mask=None, 
     return n3(x + ff(x))
 
 
+def _post_norm_on_sublayer(x, memory, sa, ca, ff, n1, n2, n3, tgt_mask=None, memory_mask=None):  # noqa: ANN001, ANN202
+    x = x + n1(sa(x, x, x, tgt_mask))  # the norm on the sublayer's output, before the addition
+    x = x + n2(ca(x, memory, memory, memory_mask))
+    return x + n3(ff(x))
+
+
 def _post_no_memory_mask(x, memory, sa, ca, ff, n1, n2, n3, tgt_mask=None, memory_mask=None):  # noqa: ANN001, ANN202
     x = n1(x + sa(x, x, x, tgt_mask))
     x = n2(x + ca(x, memory, memory, None))  # the source's padding is attended to
@@ -196,6 +202,11 @@ decoder_layer_post_norm = Exercise(
             "section 1, and this exercise asks for Post-Norm, where the LayerNorm comes after the addition.",
         ),
         Mistake(
+            _post_norm_on_sublayer,
+            "each LayerNorm was applied to the sublayer's output before the addition: Post-Norm normalizes the "
+            "SUM, norm_k(x + sublayer(x)), so that the stream itself leaves every sublayer normalized.",
+        ),
+        Mistake(
             _post_cross_on_self,
             "the cross-attention never looked at the source: its keys and values came from the decoder's own "
             "stream, so it was a second self-attention.",
@@ -275,6 +286,12 @@ def _forward_no_positions(model, src, tgt_in, src_mask=None):  # noqa: ANN001, A
     return model.generator(model.decoder(y, memory, causal_mask(tgt_in.shape[1]), src_mask))
 
 
+def _forward_source_no_positions(model, src, tgt_in, src_mask=None):  # noqa: ANN001, ANN202
+    memory = model.encoder(model.src_embed(src), src_mask)  # the encoder cannot tell its positions apart
+    y = model.positional(model.tgt_embed(tgt_in))
+    return model.generator(model.decoder(y, memory, causal_mask(tgt_in.shape[1]), src_mask))
+
+
 def _forward_case(src: list[list[int]], tgt_in: list[list[int]], seed: int, masked: bool) -> tuple[object, ...]:
     torch.manual_seed(seed)
     config = TransformerConfig(10, 12, d_model=16, n_heads=2, d_ff=32, n_layers=2, dropout=0.0, max_len=16)
@@ -336,6 +353,11 @@ transformer_forward = Exercise(
             _forward_no_positions,
             "the target got no positional encoding: the decoder could not tell its positions apart.",
         ),
+        Mistake(
+            _forward_source_no_positions,
+            "the source got no positional encoding: the encoder could not tell its positions apart, so the memory "
+            "says which letters the source holds but not in which order (chapter 06, section 5).",
+        ),
     ],
     forbidden=[Transformer],
     shortcuts=[
@@ -375,9 +397,11 @@ predict_best_loss_like_000 = Exercise(
     ),
     explain={
         math.log(2): (
-            "that is the bound of the CORRECT decoder, which flips one coin at position 0 and then reads what it "
-            "wrote. Can note 000's positions read each other's choices?"
+            "ln 2 is the bound of the CORRECT decoder, which flips one coin at position 0 and then reads what it "
+            "wrote; it is also note 000's loss at ONE position. The question asks for the whole sequence: can note "
+            "000's positions read each other's choices, and how many coins does the sum over the 4 positions hold?"
         ),
+        4.0: "that count is in bits (logarithms to base 2); the question asks for nats (natural logarithms).",
         0.0: "each source has two valid targets, drawn 1/2 each: no model can be sure of the answer.",
         4 * math.log(4): "each position has only two plausible letters (copy or reverse), not four.",
         math.log(24): "the loss counts the two valid answers per source, not all orderings of the letters.",
@@ -440,6 +464,13 @@ def _cached_no_scale(attn, h_new, k_cache, v_cache):  # noqa: ANN001, ANN202
     _, q, k_new, v_new, d_k = _cached_parts(attn, h_new, k_cache, v_cache)
     k, v = torch.cat([k_cache, k_new], 2), torch.cat([v_cache, v_new], 2)
     return _attend(attn, q, k, v, d_k, *h_new.shape[::2], scale=False), k, v
+
+
+def _cached_scale_d_model(attn, h_new, k_cache, v_cache):  # noqa: ANN001, ANN202
+    _, q, k_new, v_new, d_k = _cached_parts(attn, h_new, k_cache, v_cache)
+    k, v = torch.cat([k_cache, k_new], 2), torch.cat([v_cache, v_new], 2)
+    d_model = h_new.shape[-1]
+    return _attend(attn, q, k, v, d_model, *h_new.shape[::2]), k, v  # sqrt(d_model) where sqrt(d_k) belongs
 
 
 def _cached_new_first(attn, h_new, k_cache, v_cache):  # noqa: ANN001, ANN202
@@ -511,14 +542,20 @@ cached_self_attention = Exercise(
             "too peaked.",
         ),
         Mistake(
+            _cached_scale_d_model,
+            "the scores were divided by the square root of d_model, not of d_k = d_model / n_heads: each head's "
+            "dot products add up only d_k terms.",
+        ),
+        Mistake(
             _cached_softmax_over_queries,
             "the softmax ran over the axis of the single query, so every weight became 1: a query's weights "
             "share 1 among the keys.",
         ),
         Mistake(
             _cached_new_first,
-            "the new key and value went in front of the cached ones: attention does not care about their order, "
-            "but the next steps do, since the cache holds the positions in order, the newest last.",
+            "the new key and value went in front of the cached ones. This step's output does not show it (attention "
+            "sums over the keys in any order), but the cache must keep the positions in order, the newest last: a "
+            "mask over the cached positions (a padded prompt, several tokens in one step) addresses them by index.",
         ),
         Mistake(
             _cached_no_w_o,
