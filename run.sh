@@ -74,28 +74,17 @@ case "$command" in
             language="$1"
             shift
         fi
-        case "$language" in
-            en) source=notebooks; dest=my_notebooks ;;
-            zh) source=notebooks/zh; dest=my_notebooks/zh ;;
-            *) echo "run.sh lab: the language must be en or zh, got '$language'" >&2; exit 2 ;;
+        case "$language" in  # checked before the set-up, so that a typo costs nothing; the command checks it too
+            en|zh) ;;
+            *) echo "run.sh lab: --language must be en or zh, got '$language' (en: English, zh: 中文)." >&2; exit 2 ;;
         esac
         setup requirements.txt
-        # Your working copy: created on first use, kept in step with the course without ever
-        # overwriting a chapter you changed (tools/workspace.py says what it did).
-        "$PYTHON" tools/workspace.py --source "$source" --dest "$dest"
-        JUPYTER="$(cd "$(dirname "$VENV/bin/jupyter")" && pwd)/jupyter"
-        if [ "$language" = zh ]; then
-            # JupyterLab's own interface in Chinese (the language pack of requirements.txt): its settings
-            # for this course live in .jupyter-zh/, made once; Settings > Language changes them.
-            export JUPYTERLAB_SETTINGS_DIR="$PWD/.jupyter-zh/user-settings"
-            plugin="$JUPYTERLAB_SETTINGS_DIR/@jupyterlab/translation-extension"
-            if [ ! -f "$plugin/plugin.jupyterlab-settings" ]; then
-                mkdir -p "$plugin"
-                printf '{\n    "locale": "zh_CN"\n}\n' > "$plugin/plugin.jupyterlab-settings"
-            fi
-        fi
-        cd "$dest"
-        exec "$JUPYTER" lab 00_start_here.ipynb "$@"
+        # The rest is the package's own command, the same on every OS (transformer_lab/workspace.py): your working
+        # copy (my_notebooks/, or my_notebooks/zh/), made on first use and kept in step with the course without
+        # ever overwriting a chapter you changed; for zh, JupyterLab's interface in Chinese (its settings in
+        # my_notebooks/.jupyter-zh/); then JupyterLab on chapter 00. As root it
+        # says why JupyterLab refuses root and stops, unless you add --allow-root.
+        exec "$PYTHON" -m transformer_lab.cli lab --language "$language" "$@"
         ;;
     test)
         # requirements-test.txt includes requirements-site.txt: tests/test_site.py builds the website as

@@ -6,7 +6,8 @@
   cell the same, and each check cell's stored output what a blank answer prints.
 - Every learner notebook runs to the end with every exercise blank (TRANSFORMER_LAB_QUICK=1); the chapters with
   widgets do so in JupyterLab, in tests/test_browser.py, where Chromium is at hand.
-- tools/workspace.py never overwrites a learner's work, refreshes an unchanged copy, adds a new chapter.
+- the working copy (transformer_lab/workspace.py) never overwrites a learner's work, refreshes an unchanged copy,
+  adds a new chapter.
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ def test_the_learner_edition_is_what_binder_and_the_lab_open():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "urlpath=lab/tree/notebooks/00_start_here.ipynb" in readme
     run = (ROOT / "run.sh").read_text(encoding="utf-8")
-    assert "tools/workspace.py" in run and "my_notebooks" in run
+    assert "transformer_lab.cli lab" in run and "my_notebooks" in run
     assert "/my_notebooks/" in (ROOT / ".gitignore").read_text(encoding="utf-8").splitlines()
 
 

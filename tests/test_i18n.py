@@ -121,20 +121,26 @@ def test_case_names_hints_and_why_come_from_the_chapter_catalogue():
 
 
 def test_run_sh_lab_zh_opens_the_chinese_working_copy_with_a_chinese_interface():
-    """`bash run.sh lab zh` (here with --version, which jupyter lab answers and exits) makes my_notebooks/zh/ from
-    notebooks/zh/ and the JupyterLab settings that choose the Chinese interface; an unknown language is refused."""
+    """`bash run.sh lab zh` (here with --version, which jupyter lab answers and exits; --allow-root, where the tests
+    run as root) makes my_notebooks/zh/ from notebooks/zh/ and, in my_notebooks/.jupyter-zh/ (the learner's folder,
+    not the repository), the JupyterLab settings that choose the Chinese interface; an unknown language is refused."""
     import os
 
     env = dict(os.environ, VENV=sys.prefix)
     run = subprocess.run(
-        ["bash", "run.sh", "lab", "zh", "--version"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+        ["bash", "run.sh", "lab", "zh", "--version", "--allow-root"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert run.returncode == 0, run.stderr[-2000:]
     assert re.search(r"^\d+\.\d+\.\d+$", run.stdout.strip().splitlines()[-1]), run.stdout
     chapters = sorted(p.name for p in (ROOT / "my_notebooks" / "zh").glob("[0-9][0-9]_*.ipynb"))
     assert chapters == sorted(p.name for p in (ROOT / "notebooks" / "zh").glob("[0-9][0-9]_*.ipynb"))
-    settings = ROOT / ".jupyter-zh" / "user-settings" / "@jupyterlab" / "translation-extension"
-    assert '"locale": "zh_CN"' in (settings / "plugin.jupyterlab-settings").read_text()
+    settings = ROOT / "my_notebooks" / ".jupyter-zh" / "user-settings" / "@jupyterlab" / "translation-extension"
+    assert '"locale": "zh_CN"' in (settings / "plugin.jupyterlab-settings").read_text(encoding="utf-8")
     bad = subprocess.run(
         ["bash", "run.sh", "lab"],
         cwd=ROOT,

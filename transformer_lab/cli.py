@@ -9,6 +9,7 @@
         --qk-norm rms_no_weight --activation relu2 --no-bias --untied --zero-init-output --out modern.pt
     python -m transformer_lab.cli gpt-train --corpus shakespeare --tokenizer bpe/ --out bpe.pt     (chapter 12)
     python -m transformer_lab.cli gpt-sample shakespeare.pt --prompt "ROMEO:" --temperature 0.8
+    transformer-lab lab --language zh        (your working copy of the course, opened in JupyterLab)
 
 The checkpoint holds the model (`tl.save_checkpoint`: config and state dict) plus plain data
 (the tokenizer's characters, the task's settings, the training options and history), so
@@ -101,6 +102,15 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--beam-size", type=int, default=None, help="beam search of this width (default: greedy)")
     e.add_argument("--threads", type=int, default=1, help="CPU threads for PyTorch (default 1)")
     _add_gpt_commands(commands)
+    from transformer_lab import workspace
+
+    workspace.build_parser(
+        commands.add_parser(
+            "lab",
+            help="make or refresh your working copy of the course and open chapter 00 in JupyterLab",
+            allow_abbrev=False,
+        )
+    )
     return parser
 
 
@@ -232,6 +242,12 @@ def _evaluate(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """The command line: `train` or `evaluate` (see `--help`). Returns the exit status."""
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["lab"]:  # options it does not know go on to `jupyter lab`
+        from transformer_lab import workspace
+
+        args, extra = parser.parse_known_args(argv)
+        return workspace.lab(args, extra)
     args = parser.parse_args(argv)
     if args.command in GPT_COMMANDS:
         return GPT_COMMANDS[args.command](args)
