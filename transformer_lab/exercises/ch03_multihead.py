@@ -213,6 +213,14 @@ predict_mha_parameters = Exercise(
         ),
         4 * (512 * 64 + 64): "that is the share of ONE head (d_k = 64 rows of each matrix). There are 8 heads.",
         512 * 512 + 512: "that is one nn.Linear(512, 512). How many does the layer have?",
+        8 * 4 * (64 * 64 + 64): (
+            "each head's W_i^Q is not a (d_k, d_k) matrix: it reads the whole D-wide token and writes d_k features, "
+            "so it is (D, d_k) = (512, 64); and W^O reads all the heads' answers together."
+        ),
+        4 * (64 * 64 + 64): (
+            "that is four (d_k, d_k) layers with their biases, as if a head read only d_k features of a token; but "
+            "each head's W_i^Q reads the whole D-wide token, and there are 8 heads."
+        ),
     },
 )
 
@@ -405,6 +413,12 @@ def _gqa_no_scale(x, w_q, w_k, w_v, w_o, n_heads):  # noqa: ANN001, ANN202
     return _gqa_finish(q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1), w_o, 1.0)
 
 
+def _gqa_scale_by_model_width(x, w_q, w_k, w_v, w_o, n_heads):  # noqa: ANN001, ANN202
+    q, k, v, group, _ = _gqa_parts(x, w_q, w_k, w_v, n_heads)
+    scale = math.sqrt(x.shape[-1])  # the width D of all query heads together, not d_k
+    return _gqa_finish(q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1), w_o, scale)
+
+
 def _gqa_scale_by_kv_width(x, w_q, w_k, w_v, w_o, n_heads):  # noqa: ANN001, ANN202
     q, k, v, group, _ = _gqa_parts(x, w_q, w_k, w_v, n_heads)
     scale = math.sqrt(w_k.out_features)  # the width of all key heads together, not d_k
@@ -491,6 +505,11 @@ grouped_query_attention = Exercise(
         Mistake(
             _gqa_no_scale,
             "the weights are too peaked: the scores were not scaled by 1 / sqrt(d_k).",
+        ),
+        Mistake(
+            _gqa_scale_by_model_width,
+            "the scores were scaled by sqrt(D), the width of all query heads together, not by sqrt(d_k) of one "
+            "head (d_k = D / H): the weights come out too flat.",
         ),
         Mistake(
             _gqa_scale_by_kv_width,
