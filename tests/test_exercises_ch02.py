@@ -102,6 +102,22 @@ def test_masked_softmax_float16_and_fully_masked_rows() -> None:
     torch.testing.assert_close(weights[0, 0, 2:].float().sum(-1), torch.ones(3), atol=2e-3, rtol=0)
 
 
+def test_float32_weights_break_the_float16_step_after_them_as_the_feedback_says() -> None:
+    """Exercise 4 names float32 weights for float16 scores: the attention's next step, weights @ value, fails."""
+    scores, mask = _randn(4, 4, seed=10, dtype=torch.float32).half(), tl.causal_mask(4)
+    value = _randn(4, 3, seed=11, dtype=torch.float32).half()
+    wrong = ex._masked_softmax_in_float32(scores, mask)
+    assert wrong.dtype == torch.float32
+    torch.testing.assert_close(wrong.half(), ex.masked_softmax.reference(scores, mask), atol=2e-3, rtol=2e-3)
+    try:
+        wrong @ value
+    except RuntimeError as error:
+        assert "dtype" in str(error)
+    else:  # pragma: no cover - a PyTorch that mixes float32 and float16 in a matmul makes the message wrong
+        raise AssertionError("float32 @ float16 no longer raises: update exercise 4's float32 feedback")
+    assert (ex.masked_softmax.reference(scores, mask) @ value).dtype == torch.float16
+
+
 def test_the_notes_version_leaks_the_future_and_overflows_float16() -> None:
     """What the pitfall box after exercise 4 says about note 002's -1e9."""
     mask = ex._left_padded_mask()

@@ -57,6 +57,26 @@ def test_predicted_parameter_count_is_the_modules() -> None:
     assert ex.predict_mha_parameters.reference() not in ex.predict_mha_parameters.explain
 
 
+def test_a_heads_projection_reads_the_whole_token_as_the_feedback_says() -> None:
+    """Exercise 3's feedback on 133,120 and 16,640: head i's W_i^Q is (D, d_k), a slice of w_q, not (d_k, d_k)."""
+    mha, d_k = tl.MultiHeadAttention(512, 8), 64
+    x = torch.randn(2, 3, 512)
+    head_1 = mha.w_q.weight[d_k : 2 * d_k]  # (d_k, D) in nn.Linear's (out, in) layout: W_1^Q is its transpose
+    assert tuple(head_1.T.shape) == (512, d_k)
+    torch.testing.assert_close(mha.split_heads(mha.w_q(x))[:, 1], x @ head_1.T + mha.w_q.bias[d_k : 2 * d_k])
+    assert 8 * 4 * (d_k * d_k + d_k) in ex.predict_mha_parameters.explain
+    assert 4 * (d_k * d_k + d_k) in ex.predict_mha_parameters.explain
+
+
+def test_scaling_by_d_model_is_a_different_answer_unless_one_head() -> None:
+    """The sqrt(D) mistake of exercise 5 differs from the reference whenever H > 1."""
+    inputs = ex.grouped_query_attention.cases[0].inputs()
+    with torch.no_grad():
+        wrong = ex._gqa_scale_by_model_width(*inputs)
+        right = ex.grouped_query_attention.reference(*inputs)
+    assert not torch.allclose(wrong, right)
+
+
 @pytest.mark.parametrize("d_model", [1, 4, 8, 16])
 def test_four_projections_look_like_the_librarys(d_model: int) -> None:
     torch.manual_seed(0)
