@@ -53,6 +53,19 @@ def test_soft_cap_is_what_the_gpt_applies_to_its_logits() -> None:
         torch.testing.assert_close(capped(idx), ex._soft_cap_reference(plain(idx), 0.05), rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("which", range(3))
+def test_each_soft_cap_mistake_is_told_its_own_mistake_in_every_case_it_fails(which: int) -> None:
+    """A hard clip and tanh of the raw logits both give +-cap far beyond the cap: the case of far logits holds one
+    inside the cap too, so that neither learner is told the other's mistake."""
+    mistakes = ex.soft_cap_logits.mistakes
+    result = ex.soft_cap_logits.run(mistakes[which].answer)
+    failed = [text for ok, text in result.lines if not ok]
+    assert len(failed) >= 4, result.report()
+    for text in failed:
+        assert mistakes[which].says in text, text
+        assert not any(m.says in text for i, m in enumerate(mistakes) if i != which), text
+
+
 # ------------------------------------------------------------------ 2. the KV cache of Llama 3 8B
 
 
@@ -71,6 +84,13 @@ def test_kv_cache_bytes_are_llama_3_8bs() -> None:
     assert expected not in ex.predict_kv_cache_bytes.explain
     for wrong in ex.predict_kv_cache_bytes.wrong:
         assert wrong() in ex.predict_kv_cache_bytes.explain
+
+
+@pytest.mark.parametrize(("answer", "unit"), [(1.0, "GiB"), (1, "GiB"), ((1 << 30) / 1e9, "GB")])
+def test_a_cache_size_in_gib_or_gb_is_told_it_is_not_bytes(answer: float, unit: str) -> None:
+    result = ex.predict_kv_cache_bytes.run(lambda: answer)
+    assert not result.passed
+    assert f"that is the size in {unit}" in result.report(), result.report()
 
 
 # ------------------------------------------------------------------ 3. pairs -> halves
@@ -202,6 +222,40 @@ def test_each_muon_mistake_is_more_than_bfloat16_away_somewhere() -> None:
     for mistake in ex.muon_update.mistakes:
         result = ex.muon_update.run(mistake.answer)
         assert not result.passed, mistake.says
+
+
+@pytest.mark.parametrize("nesterov_like_sgd", [False, True])
+def test_sgd_style_momentum_is_named_in_every_case(nesterov_like_sgd: bool) -> None:
+    answer = ex._muon_sgd_momentum_nesterov if nesterov_like_sgd else ex._muon_sgd_momentum
+    result = ex.muon_update.run(answer)
+    assert not any(ok for ok, _ in result.lines)
+    for _, text in result.lines:
+        assert ex._SGD_MOMENTUM_SAYS in text, text
+
+
+def test_what_the_sgd_momentum_feedback_says_is_true() -> None:
+    """Run from a zero buffer, SGD's buffer is 1 / (1 - beta) times Muon's. With SGD's own Nesterov step,
+    G + beta M, the update is then the same up to that factor, which Newton-Schulz divides out (but for its eps);
+    with the hint's (1 - beta) G + beta M on SGD's buffer it is not. From a buffer kept as an average, both move
+    the weight differently from Muon."""
+    g = torch.Generator().manual_seed(0)
+    weight = torch.randn(6, 10, generator=g, dtype=torch.float64)
+    muon_w, muon_b = weight.clone(), torch.zeros_like(weight)
+    sgd_w, sgd_b = weight.clone(), torch.zeros_like(weight)
+    hint_w, hint_b = weight.clone(), torch.zeros_like(weight)
+    for _ in range(6):
+        grad = torch.randn(6, 10, generator=g, dtype=torch.float64)
+        muon_w, muon_b = ex._muon_reference(muon_w, grad, muon_b, 0.02)
+        sgd_w, sgd_b = ex._muon_sgd_momentum_nesterov(sgd_w, grad, sgd_b, 0.02)
+        hint_w, hint_b = ex._muon_sgd_momentum(hint_w, grad, hint_b, 0.02)
+        torch.testing.assert_close(sgd_b, muon_b / (1 - 0.95), rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(hint_b, muon_b / (1 - 0.95), rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(sgd_w, muon_w, rtol=1e-6, atol=1e-7)  # apart only by the eps of 1e-7
+    assert not torch.allclose(hint_w, muon_w, atol=1e-4)
+    grad = torch.randn(6, 10, generator=g, dtype=torch.float64)
+    exact = ex._muon_reference(weight, grad, muon_b, 0.02)[0]
+    for answer in (ex._muon_sgd_momentum, ex._muon_sgd_momentum_nesterov):
+        assert not torch.allclose(answer(weight, grad, muon_b, 0.02)[0], exact, atol=1e-4)
 
 
 # ------------------------------------------------------------------ chapter 11's figures

@@ -32,12 +32,21 @@ looked up rather than multiplied by an input; orthogonalising its gradient would
 a rare token's row a step as large as a frequent one's. `parameter_roles` therefore splits a model's
 parameters by their role, not their shape, and `make_muon` builds one `MuonAdamW` optimizer holding both.
 
-PyTorch 2.13 ships `torch.optim.Muon` with the same update, but it runs Newton-Schulz in bfloat16, fast
-on GPUs and slow on CPUs without bfloat16 matrix units: on the course's CPU, one thread, chapter 10's
-model, its optimizer step takes about 18 times as long as this module's float32 one, a whole training
-step 5 times (benchmarks/muon_bench.py). `Muon` runs it in float32 (float64 for float64 weights);
-tests/test_muon.py checks it against `torch.optim.Muon` (to bfloat16's precision) and against
-`_reference_step`, the published update written out in float64 (to float precision).
+PyTorch 2.13 ships `torch.optim.Muon` with the same update, but it runs Newton-Schulz in bfloat16 (float32's
+range with 8 bits of precision: its update is 1-2 % away from the exact one on small matrices, measured in
+tests/test_muon.py). `Muon` runs it in float32 (float64 for float64 weights) for precision, not for speed:
+tests/test_muon.py checks it against `_reference_step`, the published update written out in float64 (to float
+precision), and against `torch.optim.Muon` (to bfloat16's precision).
+
+Which of the two runs faster is a property of the machine and of PyTorch's kernels, not of this code. A
+bfloat16 matrix product is fast where the hardware has bfloat16 arithmetic and PyTorch's kernels use it: a
+GPU's matrix units, and on x86 CPUs the `avx512_bf16` and `amx_bf16` instructions (the flags of /proc/cpuinfo
+on Linux); ARM CPUs have a bf16 extension of their own (Apple silicon from the M2 on; not measured for this
+course); where a CPU lacks them, PyTorch takes a slower path. One optimizer step of chapter 11's modern
+model, one thread, torch 2.13 (chapter 11's cell; benchmarks/README.md, "Chapter 11's optimizer"): on an
+Intel Xeon with avx512_bf16 and amx_bf16, torch.optim.Muon's step and this module's take about the same time
+(25.8 and 27.3 ms); on an AMD EPYC with avx512_bf16, 24.6 and 31.6 ms; on the AMD EPYC that made the course's
+first figures, whose flags were not recorded, 1051 and 60 ms, 18 times as long.
 
 Shape legend: out, in: a weight's rows and columns (nn.Linear's (out_features, in_features));
 n <= m: the shorter and longer side.

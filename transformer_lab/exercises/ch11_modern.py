@@ -65,7 +65,12 @@ soft_cap_logits = Exercise(
     reference=_soft_cap_reference,
     cases=[
         Case("small logits, cap 15", lambda: (torch.tensor([-2.0, -0.5, 0.0, 0.5, 2.0]), 15.0)),
-        Case("logits far beyond the cap", lambda: (torch.tensor([-300.0, -40.0, 16.0, 60.0, 1000.0]), 15.0)),
+        # -3 lies inside the cap: there a hard clip (which keeps it) and tanh of the raw logits (which gives
+        # 15 tanh(-3), almost -15) part, so each of the two mistakes is told apart from the other here too.
+        Case(
+            "logits far beyond the cap, and one inside it",
+            lambda: (torch.tensor([-300.0, -40.0, -3.0, 16.0, 60.0, 1000.0]), 15.0),
+        ),
         Case("a row of logits (1, V), cap 30 as Gemma 2", lambda: (_randn(1, 12, seed=1100) * 40, 30.0)),
         Case("(B, T, V) logits in float64", lambda: (_randn(2, 3, 7, seed=1101, dtype=torch.float64) * 20, 15.0)),
         Case("a small cap, 1.0", lambda: (_randn(4, 5, seed=1102) * 3, 1.0)),
@@ -90,8 +95,9 @@ soft_cap_logits = Exercise(
         ),
         Mistake(
             _soft_cap_clamped,
-            "the logits were clipped at the cap: a hard clip keeps every value below the cap unchanged and has a "
-            "zero gradient beyond it; the soft-cap bends every value a little, and smoothly.",
+            "the logits were clipped at the cap (a hard clip, as torch.clamp does): every logit inside the cap came "
+            "back unchanged and every one beyond it became exactly +-cap, with a zero gradient there. The soft-cap "
+            "bends every logit a little, small ones hardly at all, and never has a corner.",
         ),
     ],
     forbidden=[soft_cap],
@@ -129,7 +135,15 @@ predict_kv_cache_bytes = Exercise(
     ],
     level="medium",
     kind="predict",
-    wrong=[lambda: 4 * _KV_GIB, lambda: _KV_GIB // 2, lambda: 2 * _KV_GIB, lambda: _KV_GIB // 32, lambda: _KV_GIB // 8],
+    wrong=[
+        lambda: 4 * _KV_GIB,
+        lambda: _KV_GIB // 2,
+        lambda: 2 * _KV_GIB,
+        lambda: _KV_GIB // 32,
+        lambda: _KV_GIB // 8,
+        lambda: 1.0,
+        lambda: _KV_GIB / 1e9,
+    ],
     why=(
         "1,073,741,824 bytes, 1 GiB: 2 (keys, values) x 32 layers x 8 key/value heads x 8192 positions x 128 "
         "features x 2 bytes. With one key/value head per query head (multi-head attention) it would be 4 GiB; "
@@ -144,6 +158,10 @@ predict_kv_cache_bytes = Exercise(
         2 * _KV_GIB: "bfloat16 takes 2 bytes a number, not 4.",
         _KV_GIB // 32: "that is one layer's cache; each of the 32 layers has its own keys and values.",
         _KV_GIB // 8: "each of the 8 key/value heads keeps keys and values of its own: count every head.",
+        1.0: "that is the size in GiB (gibibytes, 2^30 bytes each), not in bytes: the question asks for the number "
+        "of bytes, an int, so leave out the conversion to GiB.",
+        _KV_GIB / 1e9: "that is the size in GB (10^9 bytes each), not in bytes: the question asks for the number of "
+        "bytes, an int, so leave out the conversion to GB.",
     },
 )
 
@@ -272,6 +290,26 @@ def _muon_not_normalised(weight, grad, buffer, lr, momentum=0.95):  # noqa: ANN0
     m = momentum * buffer + (1 - momentum) * grad
     u = (1 - momentum) * grad + momentum * m
     return weight - lr * _scale(weight) * _ns(u, normalise=False), m
+
+
+def _muon_sgd_momentum(weight, grad, buffer, lr, momentum=0.95):  # noqa: ANN001, ANN202
+    m = momentum * buffer + grad  # SGD's momentum: the whole gradient added, not (1 - beta) of it
+    u = (1 - momentum) * grad + momentum * m
+    return weight - lr * _scale(weight) * _ns(u), m
+
+
+def _muon_sgd_momentum_nesterov(weight, grad, buffer, lr, momentum=0.95):  # noqa: ANN001, ANN202
+    m = momentum * buffer + grad  # as torch.optim.SGD(momentum=beta, nesterov=True) does it
+    u = grad + momentum * m
+    return weight - lr * _scale(weight) * _ns(u), m
+
+
+_SGD_MOMENTUM_SAYS = (
+    "the momentum added the whole gradient, beta M + G, as torch.optim.SGD's momentum does: Muon's momentum is an "
+    "average, beta M + (1 - beta) G, the size of one gradient. Run from the start, yours grows to 1 / (1 - beta) "
+    "times that (20 times for beta = 0.95): the buffer you return is too large, and next to a buffer kept as an "
+    "average the new gradient weighs far too much in the update."
+)
 
 
 def _muon_no_scaling(weight, grad, buffer, lr, momentum=0.95):  # noqa: ANN001, ANN202
@@ -448,6 +486,8 @@ muon_update = Exercise(
             "the momentum kept 1 - beta of the old average and beta of the new gradient: the other way round, so "
             "it forgets almost everything at each step.",
         ),
+        Mistake(_muon_sgd_momentum, _SGD_MOMENTUM_SAYS),
+        Mistake(_muon_sgd_momentum_nesterov, _SGD_MOMENTUM_SAYS),
         Mistake(
             _muon_not_normalised,
             "Newton-Schulz started from the unscaled update: its singular values must first be brought below 1 "
