@@ -92,3 +92,12 @@ def test_rotary_scores_depend_only_on_the_offset() -> None:
         diagonal = torch.diagonal(scores, offset=offset)
         torch.testing.assert_close(diagonal, diagonal[:1].expand_as(diagonal), atol=1e-10, rtol=0)
     assert math.isclose(scores[0, 0].item(), (q @ k).item(), rel_tol=1e-12)
+
+
+def test_a_longer_sinusoidal_table_needs_no_training_and_extends_the_shorter_one() -> None:
+    """What the summary says: tl.PositionalEncoding stops at its max_len (5000 by default), and a longer table is
+    the same formula evaluated further, its first rows those of the shorter one."""
+    assert tl.PositionalEncoding(8).pe.shape == (5000, 8)
+    with pytest.raises(ValueError, match="max_len"):
+        tl.PositionalEncoding(8, max_len=16)(torch.zeros(1, 20, 8))
+    torch.testing.assert_close(tl.sinusoidal_encoding(64, 8)[:16], tl.sinusoidal_encoding(16, 8), rtol=0, atol=0)

@@ -267,6 +267,17 @@ def _inputs_sin_cos_swapped(tokens, weight):  # noqa: ANN001, ANN202
     return weight[tokens] * math.sqrt(d_model) + pe.to(weight.dtype)
 
 
+def _inputs_no_lone_sine(tokens, weight):  # noqa: ANN001, ANN202
+    length, d_model = tokens.shape[1], weight.shape[1]
+    pairs = d_model // 2  # only the complete (sin, cos) pairs
+    position = torch.arange(length, dtype=torch.float64).unsqueeze(1)
+    angles = position / 10000 ** (torch.arange(0, 2 * pairs, 2, dtype=torch.float64) / d_model)  # (L, D // 2)
+    pe = torch.zeros(length, d_model, dtype=torch.float64)
+    pe[:, 0 : 2 * pairs : 2] = torch.sin(angles)
+    pe[:, 1::2] = torch.cos(angles)  # an odd d_model's last column stays 0
+    return weight[tokens] * math.sqrt(d_model) + pe.to(weight.dtype)
+
+
 _inputs_reference_copy = _copy(_embed_and_encode_reference)
 
 
@@ -337,6 +348,11 @@ embed_and_encode = Exercise(
             _inputs_scale_by_vocab,
             "the embedding was scaled by the size of the vocabulary: the factor of section 3.4 depends on d_model, "
             "the length of a vector, not on how many rows the table has.",
+        ),
+        Mistake(
+            _inputs_no_lone_sine,
+            "the last column of an odd d_model got no value: it is the even column d_model - 1, which holds the sine "
+            "of its pair; only its cosine partner is missing.",
         ),
         Mistake(
             _inputs_sin_cos_swapped,
