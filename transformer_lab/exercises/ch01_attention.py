@@ -195,8 +195,8 @@ softmax_rows = Exercise(
         Mistake(
             _softmax_naive,
             "e^x overflows to inf for large scores (inf / inf is NaN) and underflows to 0 when all of a row's "
-            "scores are very negative (0 / 0): each row's scores must come near 0 before exp, and section 3 "
-            "showed that shifting a row changes nothing.",
+            "scores are very negative (0 / 0): each row's scores must come near 0 before exp (if you did subtract "
+            "a maximum, it was not each row's own), and section 3 showed that shifting a row changes nothing.",
         ),
         Mistake(
             _softmax_global_max,
@@ -351,6 +351,16 @@ def _attention_zero_after_softmax(
     return weights @ value, weights
 
 
+def _attention_mask_added(
+    query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None
+) -> tuple[Tensor, Tensor]:
+    scores = query @ key.transpose(-2, -1) / math.sqrt(query.shape[-1])
+    if mask is not None:
+        scores = scores + mask  # a bool mask added: True adds 1, False adds 0, nothing is hidden
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ value, weights
+
+
 def _attention_no_scale(query: Tensor, key: Tensor, value: Tensor, mask: Tensor | None = None) -> tuple[Tensor, Tensor]:
     scores = query @ key.transpose(-2, -1)
     if mask is not None:
@@ -475,6 +485,12 @@ attention = Exercise(
             "softmax, so the keys left were never renormalised among themselves.",
         ),
         Mistake(
+            _attention_mask_added,
+            "the bool mask was added to the scores. Adding works for note 001's mask, whose entries are 0 and -inf, "
+            "but in a bool mask True counts as 1 and False as 0: a hidden key scores only 1 less than it would if "
+            "visible, and keeps a share of the weight. A hidden key needs a score of -inf before the softmax.",
+        ),
+        Mistake(
             _attention_no_scale,
             "the weights are too peaked: the scores were not scaled by 1 / sqrt(d_k) as in the formula.",
         ),
@@ -537,6 +553,12 @@ def _distance_no_half(query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor
     diff = query[..., :, None, :] - key[..., None, :, :]
     weights = torch.softmax(-(diff * diff).sum(dim=-1), dim=-1)
     return weights @ value, weights
+
+
+def _distance_scaled(query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:
+    diff = query[..., :, None, :] - key[..., None, :, :]
+    scores = -0.5 * (diff * diff).sum(dim=-1) / math.sqrt(query.shape[-1])  # dot-product attention's scaling
+    return torch.softmax(scores, dim=-1) @ value, torch.softmax(scores, dim=-1)
 
 
 def _distance_cdist(query: Tensor, key: Tensor, value: Tensor) -> tuple[Tensor, Tensor]:  # no credit
@@ -632,6 +654,11 @@ distance_attention = Exercise(
         Mistake(
             _distance_no_half,
             "the weights are too peaked: the scores are the whole squared distance, without the factor 1/2.",
+        ),
+        Mistake(
+            _distance_scaled,
+            "the weights are too flat: the scores were divided by sqrt(d), as dot-product attention divides its "
+            "scores, but this exercise's score is -||q - k||^2 / 2 with no further scaling.",
         ),
         Mistake(
             _distance_no_shift,

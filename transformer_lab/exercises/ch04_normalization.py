@@ -87,6 +87,8 @@ predict_batch_norm_dims = Exercise(
         (0,): "that averages over the batch at each position separately: one statistic per (position, feature), the "
         "'per time step' BatchNorm of RNNs (section 4). nn.BatchNorm1d pools the positions too.",
         (0, 1, 2): "that gives one number for the whole batch; BatchNorm keeps one statistic per feature.",
+        (1, 2): "that averages each sequence over its features and its positions: one number per sentence, mixing "
+        "the features. BatchNorm keeps the features apart and averages across the batch.",
     },
 )
 
@@ -144,6 +146,18 @@ def _mbn_per_position(x, mask, gamma, beta, eps=1e-5):  # noqa: ANN001, ANN202
     mean = (x * keep).sum(0) / n  # (T, D): one mean per position and feature
     var = (((x - mean) ** 2) * keep).sum(0) / n
     return (x - mean) / torch.sqrt(var + eps) * gamma + beta
+
+
+def _mbn_no_affine(x, mask, gamma, beta, eps=1e-5):  # noqa: ANN001, ANN202
+    real = x[mask]
+    mean, var = real.mean(0), real.var(0, unbiased=False)
+    return (x - mean) / torch.sqrt(var + eps)  # gamma and beta never applied
+
+
+def _mbn_eps_outside(x, mask, gamma, beta, eps=1e-5):  # noqa: ANN001, ANN202
+    real = x[mask]
+    mean, var = real.mean(0), real.var(0, unbiased=False)
+    return (x - mean) / (torch.sqrt(var) + eps) * gamma + beta  # eps added to the std, not to the variance
 
 
 def _mbn_zero_padding(x, mask, gamma, beta, eps=1e-5):  # noqa: ANN001, ANN202
@@ -221,6 +235,16 @@ masked_batch_norm = Exercise(
             _mbn_zero_padding,
             "The padded positions of your output were set to 0; the exercise asks to normalize every position, "
             "padding included, with the real tokens' statistics (the padded outputs are ignored later).",
+        ),
+        Mistake(
+            _mbn_no_affine,
+            "gamma and beta are missing: your output is the normalized x alone, as if gamma were all ones and beta "
+            "all zeros. The last step scales each feature by gamma and shifts it by beta.",
+        ),
+        Mistake(
+            _mbn_eps_outside,
+            "eps was added to the standard deviation, outside the square root, not to the variance under it as in "
+            "section 1's formula; that shows only where a feature's variance is about as small as eps.",
         ),
     ],
     forbidden=[
@@ -346,6 +370,11 @@ def _ln_global(x, gamma, beta, eps=1e-5):  # noqa: ANN001, ANN202
     return gamma * (x - mean) / torch.sqrt(var + eps) + beta
 
 
+def _ln_no_beta(x, gamma, beta, eps=1e-5):  # noqa: ANN001, ANN202
+    mean = x.mean(-1, keepdim=True)
+    return gamma * (x - mean) / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + eps)  # beta never added
+
+
 def _ln_no_affine(x, gamma, beta, eps=1e-5):  # noqa: ANN001, ANN202
     mean = x.mean(-1, keepdim=True)
     return (x - mean) / torch.sqrt(x.var(-1, keepdim=True, unbiased=False) + eps)
@@ -458,6 +487,11 @@ layer_norm = Exercise(
             "One mean and one variance for the whole tensor: LayerNorm takes them separately for each vector, over "
             "its D features.",
         ),
+        Mistake(  # before _ln_no_affine: on a constant vector both give 0, and beta is missing in both
+            _ln_no_beta,
+            "beta is missing: your output is gamma times the normalized x, with no shift; on a constant vector, "
+            "whose normalized value is 0, the output should be beta.",
+        ),
         Mistake(
             _ln_no_affine,
             "gamma and beta are missing: your output is the normalized x alone, as if gamma were all ones and beta "
@@ -538,6 +572,11 @@ def _rms_eps_outside(x, gamma, eps=1e-6):  # noqa: ANN001, ANN202
     return (h / (torch.sqrt((h * h).mean(-1, keepdim=True)) + eps) * gamma).to(x.dtype)
 
 
+def _rms_no_gamma(x, gamma, eps=1e-6):  # noqa: ANN001, ANN202
+    h = x.float()
+    return (h / torch.sqrt((h * h).mean(-1, keepdim=True) + eps)).to(x.dtype)  # gamma never applied
+
+
 def _rms_float32_out(x, gamma, eps=1e-6):  # noqa: ANN001, ANN202
     h = x.float()
     return h / torch.sqrt((h * h).mean(-1, keepdim=True) + eps) * gamma.float()  # never cast back
@@ -613,13 +652,18 @@ rms_norm = Exercise(
         ),
         Mistake(
             _rms_eps_outside,
-            "eps was added after the square root instead of under it: on tiny activations, whose root mean square "
-            "is not much larger than eps, that changes the result.",
+            "eps was added after the square root instead of under it: on tiny activations, whose mean square "
+            "(about 1e-6) is as small as eps itself, that changes the result.",
         ),
         Mistake(
             _rms_in_half,
             "The squares were computed in float16: 300 ** 2 is more than float16's largest number (65504), so the "
             "mean square became inf and the output 0.",
+        ),
+        Mistake(
+            _rms_no_gamma,
+            "gamma is missing: your output is x divided by its root mean square alone, as if gamma were all ones. "
+            "RMSNorm keeps LayerNorm's per-feature scale (only beta goes).",
         ),
         Mistake(
             _rms_float32_out,

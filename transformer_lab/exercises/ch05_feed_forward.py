@@ -74,6 +74,8 @@ predict_ffn_parameters = Exercise(
         2 * 512 * 2048 + 2 * 2048: "a bias has one entry per OUTPUT of its layer: how many outputs has the second?",
         512 * 512 * 2 + 512 * 2: "that is the FFN with hidden width 512. This one's hidden width is 2048.",
         512 * 2048: "that is one weight matrix. Count both layers, and their biases.",
+        2 * 512 * 2048 + 2048: "the second layer has a bias too: one entry per output, and it has 512.",
+        2 * 512 * 2048 + 512: "the first layer has a bias too: one entry per output, and it has 2048.",
     },
 )
 
@@ -274,6 +276,14 @@ def _norms_no_residual(blocks, x, target, residual):  # noqa: ANN001, ANN202
     return _norms_parts(blocks, x, target, False)
 
 
+def _norms_input_added(blocks, x, target, residual):  # noqa: ANN001, ANN202
+    h = x
+    for block in blocks:
+        h = x + block(h) if residual else block(h)  # the stack's input added back, not the block's own
+    ((h - target) ** 2).mean().backward()
+    return [math.sqrt(sum(float((p.grad**2).sum()) for p in block.parameters())) for block in blocks]
+
+
 def _norms_summed_loss(blocks, x, target, residual):  # noqa: ANN001, ANN202
     return _norms_parts(blocks, x, target, residual, loss_fn=lambda d: (d**2).sum())
 
@@ -343,6 +353,11 @@ block_gradient_norms = Exercise(
             _norms_no_residual,
             "The residual path is missing: with residual=True the blocks were still chained one after the other "
             "without adding each block's input back, so the gradient of the first blocks shrinks.",
+        ),
+        Mistake(
+            _norms_input_added,
+            "With residual=True each block's output was added to the stack's input x, not to the block's own input: "
+            "the residual path carries h forward, so every block adds its output to what the blocks below made.",
         ),
         Mistake(
             _norms_summed_loss,
