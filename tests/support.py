@@ -59,3 +59,20 @@ def check_cells(notebook) -> list[int]:  # noqa: ANN001 - an nbformat notebook
         for i, cell in enumerate(notebook.cells)
         if cell.cell_type == "code" and cell.get("metadata", {}).get("nbgrader", {}).get("grade")
     ]
+
+
+def share_dependencies(python: pathlib.Path) -> pathlib.Path:
+    """Let the fresh virtual environment of `python` see this environment's packages (torch, JupyterLab, ...) after
+    its own, through a .pth file: installing them afresh would need the network. Returns its site-packages."""
+    import subprocess
+    import sysconfig
+
+    site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    pth = pathlib.Path(site) / "_course_dependencies.pth"
+    pth.write_text(sysconfig.get_paths()["purelib"] + "\n", encoding="utf-8")
+    return pathlib.Path(site)

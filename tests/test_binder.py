@@ -17,11 +17,10 @@ import re
 import shutil
 import subprocess
 import sys
-import sysconfig
 import tomllib
 
 import pytest
-from support import require
+from support import require, share_dependencies
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 BINDER = ROOT / "binder"
@@ -31,7 +30,7 @@ PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9.+!-]+)$")
 
 def requirement_lines(path: pathlib.Path) -> list[str]:
     lines = []
-    for raw in path.read_text().splitlines():
+    for raw in path.read_text(encoding="utf-8").splitlines():
         line = raw.split(" #", 1)[0].strip()
         if line and not line.startswith("#"):
             lines.append(line)
@@ -68,10 +67,10 @@ def test_binder_requirements_have_the_cpu_index_and_nothing_local():
 
 
 def test_runtime_txt_names_the_python_the_package_needs():
-    runtime = (BINDER / "runtime.txt").read_text().strip()
+    runtime = (BINDER / "runtime.txt").read_text(encoding="utf-8").strip()
     match = re.fullmatch(r"python-(\d+)\.(\d+)", runtime)
     assert match, f"runtime.txt should read python-X.Y, got {runtime!r}"
-    requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    requires = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["requires-python"]
     minimum = re.fullmatch(r">=(\d+)\.(\d+)", requires)
     assert minimum, f"unexpected requires-python {requires!r}"
     assert (int(match.group(1)), int(match.group(2))) == (3, 11)
@@ -81,7 +80,7 @@ def test_runtime_txt_names_the_python_the_package_needs():
 def test_postbuild_is_executable_in_git_too():
     post_build = BINDER / "postBuild"
     assert os.access(post_build, os.X_OK), "binder/postBuild is not executable"
-    assert post_build.read_text().startswith("#!/usr/bin/env bash\n")
+    assert post_build.read_text(encoding="utf-8").startswith("#!/usr/bin/env bash\n")
     if (ROOT / ".git").exists() and shutil.which("git"):
         staged = subprocess.run(
             ["git", "ls-files", "-s", "binder/postBuild"], cwd=ROOT, capture_output=True, text=True, check=True
@@ -91,7 +90,9 @@ def test_postbuild_is_executable_in_git_too():
 
 
 def test_binder_installs_no_grading_server():
-    text = "\n".join(requirement_lines(BINDER / "requirements.txt") + [(BINDER / "postBuild").read_text()])
+    text = "\n".join(
+        requirement_lines(BINDER / "requirements.txt") + [(BINDER / "postBuild").read_text(encoding="utf-8")]
+    )
     for unwanted in ("nbgrader", "jupyter labextension", "jupyter server extension", "jupyter nbextension"):
         assert unwanted not in text
 
@@ -108,16 +109,10 @@ def test_postbuild_installs_the_package_in_a_fresh_venv(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True)
     python = venv / "bin" / "python"
-    site = subprocess.run(
-        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
     # The course's dependencies (torch, matplotlib, ...) come from this environment, after the venv's own;
     # so does setuptools: the venv's bundled one (65) is older than pyproject.toml asks for and than Binder's.
     subprocess.run([python, "-m", "pip", "uninstall", "-q", "-y", "setuptools"], check=True, capture_output=True)
-    (pathlib.Path(site) / "_course_dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    site = str(share_dependencies(python))
 
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PIP_REQUIRE_VIRTUALENV")}
     env.update(
@@ -132,11 +127,15 @@ def test_postbuild_installs_the_package_in_a_fresh_venv(tmp_path):
     assert list((tmp_path / "mpl").glob("fontlist-*.json")), "postBuild did not build matplotlib's font cache"
 
     shutil.rmtree(repo)  # what is imported now must be the installed copy
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    name = project["name"]  # the distribution's name: the import name is transformer_lab
+    assert "version" in project["dynamic"]
     check = subprocess.run(
         [
             python,
             "-c",
-            "import importlib.metadata as m, transformer_lab as tl; print(tl.__file__, m.version(tl.__name__))",
+            f"import importlib.metadata as m, transformer_lab as tl; print(tl.__file__, m.version({name!r}), "
+            "tl.__version__)",
         ],
         cwd=tmp_path,
         env=env,
@@ -144,9 +143,9 @@ def test_postbuild_installs_the_package_in_a_fresh_venv(tmp_path):
         text=True,
     )
     assert check.returncode == 0, check.stderr
-    where, version = check.stdout.split()
+    where, version, declared = check.stdout.split()
     assert pathlib.Path(where).is_relative_to(site), f"imported from {where}, not from the venv's {site}"
-    assert version == tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert version == declared  # the version lives in one place, transformer_lab/__init__.py
 
 
 @pytest.mark.slow
@@ -179,7 +178,7 @@ def test_repo2docker_dry_run(tmp_path):
 
 def test_readme_badge_opens_the_start_notebook_on_binder():
     """The README's Binder link opens JupyterLab at the first chapter, which exists."""
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
     links = re.findall(r"https://mybinder\.org/v2/gh/[^\s)]+", readme)
     assert links, "README.md has no mybinder.org link (see docs/teaching.md, section Binder)"
     for link in links:
@@ -206,4 +205,4 @@ def test_the_chinese_badge_opens_the_chinese_edition_and_agrees_with_readme():
     repos |= set(re.findall(r"https://mybinder\.org/v2/gh/([^/]+/[^/]+)/HEAD", english))
     assert len(repos) == 1, f"the badges name different repositories: {sorted(repos)}"
     for pin in ("requirements.txt", "binder/requirements.txt"):
-        assert re.search(r"^jupyterlab-language-pack-zh-CN==\S+$", (ROOT / pin).read_text(), re.M), pin
+        assert re.search(r"^jupyterlab-language-pack-zh-CN==\S+$", (ROOT / pin).read_text(encoding="utf-8"), re.M), pin
