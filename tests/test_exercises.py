@@ -440,3 +440,29 @@ def test_report_counts_cases() -> None:
 def test_exercise_needs_a_case() -> None:
     with pytest.raises(ValueError, match="at least one case"):
         Exercise("x", reference=lambda: None, cases=[], hints=["a"], level="easy", kind="build")
+
+
+def test_a_mistake_recognised_on_an_earlier_case_is_preferred_where_two_fit():
+    """Chapter 02's exercise 2 read with PyTorch's "blocked" meaning: on its last case (one token alone, a 1 x 1
+    mask) that answer gives [[False]], as does a mask in which no query sees itself. The check names the mistake it
+    already recognised on the earlier cases, not the other one."""
+    import torch
+
+    from transformer_lab.exercises import ch02_masking
+
+    exercise = ch02_masking.causal_mask_for_new_tokens
+
+    def blocked(n_new, n_total):
+        position = torch.arange(n_total - n_new, n_total)
+        return torch.arange(n_total)[None, :] > position[:, None]
+
+    lines = exercise.run(blocked).lines
+    assert len(lines) == len(exercise.cases) and not any(ok for ok, _ in lines)
+    says = [text.split("That is what a known mistake gives: ", 1)[-1] for _, text in lines]
+    assert len(set(says)) == 1 and "blocked" in says[0], says
+
+    def blind(n_new, n_total):  # no query may see its own position: the strict <, alone it is still named
+        position = torch.arange(n_total - n_new, n_total)
+        return torch.arange(n_total)[None, :] < position[:, None]
+
+    assert "blocked" not in exercise.run(blind).lines[-1][1]

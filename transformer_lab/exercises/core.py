@@ -120,6 +120,7 @@ class CheckResult:
     not_done: bool = False
     shortcut: str | None = None
     right_why: str | None = None
+    mistakes_seen: list[int] = field(default_factory=list)  # known mistakes recognised so far, in order
 
     @property
     def passed(self) -> bool:
@@ -575,7 +576,7 @@ class Exercise:
         if problem is not None and self.kind == "predict":
             return self._explain_wrong(got)
         if problem is not None:
-            why = self.recognise(got, case.inputs, case.atol, case.rtol)
+            why = self.recognise(got, case.inputs, case.atol, case.rtol, result.mistakes_seen)
             if why:
                 problem = _m("run.mistake", problem=problem, why=why)
         return problem
@@ -637,11 +638,24 @@ class Exercise:
             return None
         return compare(got, expected, case.atol, case.rtol)
 
-    def recognise(self, got: Any, inputs: Callable[[], tuple[Any, ...]], atol: float, rtol: float) -> str | None:
-        """What a wrong result shows the learner misunderstood: the `says` of the first known mistake whose answer
-        gives the same result on the same inputs (`inputs()` makes them afresh), in the language in use; None if
-        no known mistake gives it."""
-        for mistake in self.mistakes:
+    def recognise(
+        self,
+        got: Any,
+        inputs: Callable[[], tuple[Any, ...]],
+        atol: float,
+        rtol: float,
+        seen: list[int] | None = None,
+    ) -> str | None:
+        """What a wrong result shows the learner misunderstood: the `says` of a known mistake whose answer gives the
+        same result on the same inputs (`inputs()` makes them afresh), in the language in use; None if no known
+        mistake gives it. Where several give it (two mistakes can agree on a small case, as a 1 x 1 mask), one that an
+        earlier case of the same check already recognised comes first: `seen` holds their indices in
+        `self.mistakes`, and the one recognised here is added to it."""
+        order = list(range(len(self.mistakes)))
+        if seen:
+            order = [i for i in seen if i < len(order)] + [i for i in order if i not in seen]
+        for i in order:
+            mistake = self.mistakes[i]
             try:
                 with _same_random_state(), torch.no_grad():
                     theirs = self._run(mistake.answer, *inputs())
@@ -649,6 +663,8 @@ class Exercise:
             except Exception:  # a mistake that fails on these inputs says nothing about them
                 continue
             if same:
+                if seen is not None and i not in seen:
+                    seen.append(i)
                 return _t(textwrap.dedent(mistake.says).strip())
         return None
 
