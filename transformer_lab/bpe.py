@@ -1,9 +1,10 @@
 """Byte-level BPE from scratch: train, encode, decode, save in GPT-2's and Hugging Face's formats (chapter 12).
 
-Byte-pair encoding (Sennrich et al. 2016; byte-level as in GPT-2, Radford et al. 2019) starts from the 256
-bytes, so every string has a tokenization and there is no unknown token. Training repeats one step: find the
-pair of adjacent tokens that occurs most often in the training text, and make it a new token. Encoding
-replays those merges, in the order they were learned, on each piece of new text.
+Byte-pair encoding (a compression method of Gage 1994, used to cut words into subwords by Sennrich et al. 2016;
+byte-level as in GPT-2, Radford et al. 2019) starts from the 256 bytes, so every string has a tokenization and
+there is no unknown token. Training repeats one step: find the pair of adjacent tokens that occurs most often in
+the training text, and make it a new token. Encoding replays those merges, in the order they were learned, on each
+piece of new text.
 
 Three things everyone does and this module does too:
 
