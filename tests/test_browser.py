@@ -86,7 +86,7 @@ def free_port() -> int:
 
 def write_json(path: pathlib.Path, data: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1))
+    path.write_text(json.dumps(data, indent=1), encoding="utf-8")
 
 
 @pytest.fixture(scope="module")
@@ -147,7 +147,7 @@ def running_lab(tmp: pathlib.Path, locale: str | None = None):
         MPLCONFIGDIR=str(tmp / "mpl"),
         PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
     )
-    log = (tmp / "server.log").open("w")
+    log = (tmp / "server.log").open("w", encoding="utf-8")
     server = subprocess.Popen(
         [
             sys.executable,
@@ -177,7 +177,9 @@ def running_lab(tmp: pathlib.Path, locale: str | None = None):
         deadline = time.monotonic() + 180
         while True:
             if server.poll() is not None:
-                raise RuntimeError(f"jupyter lab exited ({server.returncode}):\n{(tmp / 'server.log').read_text()}")
+                raise RuntimeError(
+                    f"jupyter lab exited ({server.returncode}):\n{(tmp / 'server.log').read_text(encoding='utf-8')}"
+                )
             try:
                 with urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=5) as reply:
                     if reply.status == 200:
@@ -185,7 +187,9 @@ def running_lab(tmp: pathlib.Path, locale: str | None = None):
             except OSError:
                 pass
             if time.monotonic() > deadline:
-                raise RuntimeError(f"jupyter lab did not answer in 180 s:\n{(tmp / 'server.log').read_text()}")
+                raise RuntimeError(
+                    f"jupyter lab did not answer in 180 s:\n{(tmp / 'server.log').read_text(encoding='utf-8')}"
+                )
             time.sleep(0.5)  # polling the server's readiness; there is no event to wait on
         yield base, token, tmp
     finally:
@@ -415,7 +419,7 @@ def test_widgets_work_in_jupyterlab(path, lab_page):
             f"widget updated {changed - ran:.1f} s ({moved})\n"
         )
         print(line, end="")
-        with (ARTIFACTS / "timings.txt").open("a") as f:
+        with (ARTIFACTS / "timings.txt").open("a", encoding="utf-8") as f:
             f.write(line)
         failed = False
     finally:

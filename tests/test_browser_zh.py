@@ -73,7 +73,7 @@ def test_a_chinese_chapter_in_a_chinese_jupyterlab(lab_zh):
             page.screenshot(path=str(ARTIFACTS / "zh-02_masking.png"))
             assert not errors, f"JavaScript errors in the page: {errors}"
             line = f"zh/{CHAPTER.name}: Chinese interface, ran all cells in {ran - start:.1f} s\n"
-            with (ARTIFACTS / "timings.txt").open("a") as f:
+            with (ARTIFACTS / "timings.txt").open("a", encoding="utf-8") as f:
                 f.write(line)
         finally:
             page.close()

@@ -41,8 +41,10 @@ def exercises_of(path: pathlib.Path) -> list[tuple[str, str, object, float]]:
     """(answer cell id, function name, Exercise, points) for each exercise of a chapter, in order."""
     import importlib
 
-    notebook = json.loads(path.read_text())
-    module_name = re.search(r"from transformer_lab\.exercises import (\w+) as exercises", path.read_text()).group(1)
+    notebook = json.loads(path.read_text(encoding="utf-8"))
+    module_name = re.search(
+        r"from transformer_lab\.exercises import (\w+) as exercises", path.read_text(encoding="utf-8")
+    ).group(1)
     module = importlib.import_module(f"transformer_lab.exercises.{module_name}")
     found, answer = [], None
     for cell in notebook["cells"]:
@@ -77,7 +79,7 @@ def fair_points(exercise, candidate, points: float) -> float:
 
 def put(folder: pathlib.Path, name: str, notebook: dict | str) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / name).write_text(notebook if isinstance(notebook, str) else json.dumps(notebook))
+    (folder / name).write_text(notebook if isinstance(notebook, str) else json.dumps(notebook), encoding="utf-8")
 
 
 TAMPERING = """\
@@ -106,8 +108,8 @@ def klass(tmp_path_factory):
     subs = tmp / "subs"
     expected: dict[str, dict[str, float]] = {}
     for path in CHAPTERS:
-        source = json.loads(path.read_text())
-        blank = json.loads((out / path.name).read_text())
+        source = json.loads(path.read_text(encoding="utf-8"))
+        blank = json.loads((out / path.name).read_text(encoding="utf-8"))
         plan = exercises_of(path)
         full = sum(points for *_, points in plan)
         put(subs / "ada", path.name, source)
@@ -148,7 +150,7 @@ def klass(tmp_path_factory):
         put(subs / "eve", path.name, tampered)
         expected.setdefault("eve", {})[path.stem] = 0.0
     # fay: chapter 02 correct but one endless loop; chapter 04 corrupt
-    loop = json.loads(CHAPTERS[0].read_text())
+    loop = json.loads(CHAPTERS[0].read_text(encoding="utf-8"))
     answer, function, exercise, points = exercises_of(CHAPTERS[0])[0]
     cells_by_id(loop)[answer]["source"] = f"def {function}(*args):\n    while True:\n        pass\n"
     put(subs / "fay", CHAPTERS[0].name, loop)
@@ -161,14 +163,14 @@ def klass(tmp_path_factory):
     seconds = time.perf_counter() - start
     # gus resubmits chapter 02, correct this time: only that chapter's grade changes
     resubmit = tmp / "resubmit"
-    put(resubmit / "gus", CHAPTERS[0].name, json.loads(CHAPTERS[0].read_text()))
+    put(resubmit / "gus", CHAPTERS[0].name, json.loads(CHAPTERS[0].read_text(encoding="utf-8")))
     classroom.grade_folder(resubmit, course, timeout=TIMEOUT, secret=SECRET)
     expected["gus"][CHAPTERS[0].stem] = sum(p for *_, p in exercises_of(CHAPTERS[0]))
     return course, out, expected, seconds, tmp
 
 
 def read_table(path: pathlib.Path) -> dict[str, dict[str, str]]:
-    with path.open() as f:
+    with path.open(encoding="utf-8") as f:
         return {row["student_id"]: row for row in csv.DictReader(f)}
 
 
@@ -200,7 +202,7 @@ def test_the_gradebook_holds_the_same_scores(klass):
 @pytest.mark.slow
 def test_the_report_names_every_problem_and_no_honest_student(klass):
     course, *_ = klass
-    report = (course / "grading_report.md").read_text()
+    report = (course / "grading_report.md").read_text(encoding="utf-8")
     sections = {}
     for block in report.split("\n## ")[1:]:
         title, _, body = block.partition("\n")
@@ -236,7 +238,7 @@ def test_feedback_pages_have_no_paths_and_no_package(klass):
     pages = classroom.feedback(course, tmp / "feedback")
     assert len(pages) == sum(len(c) for c in expected.values())
     for page in pages:
-        text = page.read_text()
+        text = page.read_text(encoding="utf-8")
         assert str(tmp) not in text and str(ROOT) not in text and "/home/" not in text
         assert "points" in text
     assert not list((tmp / "feedback").rglob("*.py"))
@@ -248,7 +250,7 @@ def test_the_feedback_names_each_known_mistake_the_grader_recognised(klass):
     inputs) recognises it by its symptom, and cy's feedback says what it shows, as check() would."""
     course, _, _, _, tmp = klass
     pages = classroom.feedback(course, tmp / "feedback_mistakes")
-    cy = " ".join(html.unescape(p.read_text()) for p in pages if "cy" in p.parts)
+    cy = " ".join(html.unescape(p.read_text(encoding="utf-8")) for p in pages if "cy" in p.parts)
     cy = " ".join(cy.split())
     named = 0
     for path in CHAPTERS:
@@ -272,12 +274,12 @@ def test_the_student_folder_holds_what_a_student_needs(klass):
         / "transformer_lab"
         / "exercises"
         / f"{exercises_of(CHAPTERS[0])[0][2].reference.__module__.rsplit('.', 1)[-1]}.py"
-    ).read_text()
+    ).read_text(encoding="utf-8")
     assert "the reference answer is not in this copy of the course" in module
     for _, _, exercise, _ in exercises_of(CHAPTERS[0]):  # no reference, no known-wrong answer is left in it
         assert f"def {exercise.reference.__name__}(" not in module
         assert not any(f"def {wrong.__name__}(" in module for wrong in exercise.wrong)
-    readme = (out / "README.md").read_text()
+    readme = (out / "README.md").read_text(encoding="utf-8")
     assert "more tests" not in readme and "no solutions" in readme
     assert not list(out.rglob("__pycache__"))
 
@@ -285,16 +287,16 @@ def test_the_student_folder_holds_what_a_student_needs(klass):
 @pytest.mark.slow
 def test_regenerating_after_grading_keeps_grades_and_releases(klass):
     course, *_, tmp = klass
-    before = (course / "grades.csv").read_text()
+    before = (course / "grades.csv").read_text(encoding="utf-8")
     changed = tmp / "changed" / CHAPTERS[0].name
     changed.parent.mkdir()
-    notebook = json.loads(CHAPTERS[0].read_text())
+    notebook = json.loads(CHAPTERS[0].read_text(encoding="utf-8"))
     notebook["cells"][0]["source"] = "".join(notebook["cells"][0]["source"]) + "\n\n(A typo fixed mid-term.)"
-    changed.write_text(json.dumps(notebook))
+    changed.write_text(json.dumps(notebook), encoding="utf-8")
     assert "generated" in classroom.generate_chapter(course, changed)
     assert list((course / "release_history" / CHAPTERS[0].stem).glob("*/*.ipynb")), "the earlier release is kept"
     classroom.write_tables(course, course / "grades.csv")
-    assert (course / "grades.csv").read_text() == before
+    assert (course / "grades.csv").read_text(encoding="utf-8") == before
 
 
 @pytest.mark.slow
@@ -302,7 +304,7 @@ def test_the_course_folder_can_be_moved(klass, tmp_path):
     course, *_ = klass
     moved = tmp_path / "moved"
     shutil.copytree(course, moved)
-    config = (moved / "nbgrader_config.py").read_text()
+    config = (moved / "nbgrader_config.py").read_text(encoding="utf-8")
     assert str(course) not in config
     out = classroom.nbgrader(moved, "db", "student", "list")
     assert "ada" in out
@@ -377,22 +379,22 @@ def test_a_teachers_own_exercise_grades(tmp_path, monkeypatch):
 
     mine = tmp_path / "mine"
     mine.mkdir()
-    (mine / "ch11_mine.py").write_text(MY_MODULE)
+    (mine / "ch11_mine.py").write_text(MY_MODULE, encoding="utf-8")
     monkeypatch.setenv("TRANSFORMER_LAB_EXERCISES", str(mine))
     monkeypatch.setattr(package, "__path__", [*package.__path__, str(mine)])
     source = tmp_path / "11_mine.ipynb"
-    source.write_text(json.dumps(my_notebook()))
+    source.write_text(json.dumps(my_notebook()), encoding="utf-8")
     out = classroom.make_student_folder(tmp_path / "student", tmp_path / "course", [source])
     assert (out / "transformer_lab" / "exercises" / "ch11_mine.py").is_file()
-    right = json.loads(source.read_text())
-    wrong = json.loads(source.read_text())
+    right = json.loads(source.read_text(encoding="utf-8"))
+    wrong = json.loads(source.read_text(encoding="utf-8"))
     cells_by_id(wrong)["ch11_double_relu"]["source"] = "def double_relu(x):\n    return x * 2.0\n"
-    shortcut = json.loads(source.read_text())
+    shortcut = json.loads(source.read_text(encoding="utf-8"))
     cells_by_id(shortcut)["ch11_double_relu"]["source"] = "def double_relu(x):\n    return torch.relu(x) * 2\n"
     put(tmp_path / "subs" / "ann", "11_mine.ipynb", right)
     put(tmp_path / "subs" / "ben", "11_mine.ipynb", wrong)
     put(tmp_path / "subs" / "cal", "11_mine.ipynb", shortcut)
-    put(tmp_path / "subs" / "dee", "11_mine.ipynb", json.loads((out / "11_mine.ipynb").read_text()))
+    put(tmp_path / "subs" / "dee", "11_mine.ipynb", json.loads((out / "11_mine.ipynb").read_text(encoding="utf-8")))
     classroom.grade_folder(tmp_path / "subs", tmp_path / "course", timeout=5, secret=SECRET)
     table = read_table(tmp_path / "course" / "grades.csv")
     assert {s: float(r["11_mine"]) for s, r in table.items()} == {"ann": 2.0, "ben": 1.0, "cal": 0.0, "dee": 0.0}

@@ -173,7 +173,7 @@ def test_an_unedited_copy_is_refreshed(tmp_path):
     workspace.sync(course, mine)
     _chapter(course, "01_a.ipynb", "one, corrected upstream")
     messages = workspace.sync(course, mine)
-    assert (mine / "01_a.ipynb").read_text() == (course / "01_a.ipynb").read_text()
+    assert (mine / "01_a.ipynb").read_text(encoding="utf-8") == (course / "01_a.ipynb").read_text(encoding="utf-8")
     assert messages == ["01_a.ipynb: refreshed (the course's version changed; you had not changed yours)"]
     assert not list(mine.glob("*.updated*.ipynb"))
 
@@ -184,12 +184,12 @@ def test_an_edited_copy_is_never_overwritten_and_the_new_version_is_put_beside_i
     workspace.sync(course, mine)
     work = _chapter(mine, "01_a.ipynb", "one, with the learner's answers")
     assert workspace.sync(course, mine) == []  # upstream unchanged: nothing to do, work kept
-    assert "learner's answers" in work.read_text()
+    assert "learner's answers" in work.read_text(encoding="utf-8")
     _chapter(course, "01_a.ipynb", "one, corrected upstream")
     messages = workspace.sync(course, mine)
-    assert "learner's answers" in work.read_text(), "the learner's work was overwritten"
+    assert "learner's answers" in work.read_text(encoding="utf-8"), "the learner's work was overwritten"
     beside = mine / "01_a.updated.ipynb"
-    assert beside.read_text() == (course / "01_a.ipynb").read_text()
+    assert beside.read_text(encoding="utf-8") == (course / "01_a.ipynb").read_text(encoding="utf-8")
     assert len(messages) == 1 and "01_a.updated.ipynb" in messages[0] and "kept" in messages[0]
     # said again next time, without writing another copy
     again = workspace.sync(course, mine)
@@ -198,8 +198,8 @@ def test_an_edited_copy_is_never_overwritten_and_the_new_version_is_put_beside_i
     # a second upstream change replaces the untouched offered copy
     _chapter(course, "01_a.ipynb", "one, corrected twice")
     workspace.sync(course, mine)
-    assert beside.read_text() == (course / "01_a.ipynb").read_text()
-    assert "learner's answers" in work.read_text()
+    assert beside.read_text(encoding="utf-8") == (course / "01_a.ipynb").read_text(encoding="utf-8")
+    assert "learner's answers" in work.read_text(encoding="utf-8")
 
 
 def test_a_new_chapter_is_added_and_a_deleted_one_comes_back(tmp_path):

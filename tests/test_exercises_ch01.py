@@ -103,7 +103,7 @@ def test_fruit_keys_are_the_notebooks() -> None:
     import pathlib
 
     notebook = pathlib.Path(__file__).resolve().parents[1] / "notebooks" / "solutions" / "01_attention.ipynb"
-    source = "\n".join("".join(cell["source"]) for cell in json.loads(notebook.read_text())["cells"])
+    source = "\n".join("".join(cell["source"]) for cell in json.loads(notebook.read_text(encoding="utf-8"))["cells"])
     assert "keys = torch.tensor([[1.0, 0.2], [0.3, 1.0], [0.9, -0.8]])" in source
     assert "values = torch.tensor([[3.0], [1.0], [8.0]])" in source
     assert [list(k) for k in ex.FRUIT_KEYS] == [[1.0, 0.2], [0.3, 1.0], [0.9, -0.8]]

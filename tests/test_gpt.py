@@ -701,7 +701,7 @@ def test_sharded_and_pytorch_bin_checkpoints(tmp_path: Path) -> None:
     torch.save(original_layout(reference.state_dict(), BLOCK), binary / "pytorch_model.bin")
     model = load_gpt2(binary, n_heads=H)  # no config.json: the heads are an argument
     torch.testing.assert_close(model(idx), reference(idx).logits, **TOL)
-    (binary / "config.json").write_text(json.dumps({"n_head": H, "activation_function": "relu"}))
+    (binary / "config.json").write_text(json.dumps({"n_head": H, "activation_function": "relu"}), encoding="utf-8")
     with pytest.raises(ValueError, match="activation_function"):
         load_gpt2(binary)
 

@@ -1221,7 +1221,7 @@ def gpt2_state_dict(**edits: torch.Tensor | None) -> dict[str, torch.Tensor]:
 
 def gpt2_folder(tmp: Path, config_json: str) -> Path:
     torch.save(gpt2_state_dict(), tmp / "pytorch_model.bin")
-    (tmp / "config.json").write_text(config_json)
+    (tmp / "config.json").write_text(config_json, encoding="utf-8")
     return tmp
 
 

@@ -51,7 +51,7 @@ def test_each_setting_becomes_the_uv_option_that_says_the_same():
 def test_pips_own_listing_is_read(tmp_path):
     """A pip.conf and a PIP_ variable, as `pip config list` shows them to this interpreter's pip."""
     conf = tmp_path / "pip.conf"
-    conf.write_text("[global]\nfind-links = /somewhere/wheels\nextra-index-url = file:///x/simple\n")
+    conf.write_text("[global]\nfind-links = /somewhere/wheels\nextra-index-url = file:///x/simple\n", encoding="utf-8")
     env = dict(os.environ, PIP_CONFIG_FILE=str(conf), PIP_CONSTRAINT=str(tmp_path / "c.txt"))
     out = subprocess.run(
         [sys.executable, str(ROOT / "tools" / "uv_options.py"), sys.executable],

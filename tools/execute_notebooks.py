@@ -27,7 +27,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 def kernel_peak_mib(client: NotebookClient) -> float:
     """The kernel process's peak resident memory in MiB (Linux), read before the kernel stops."""
     pid = client.km.provisioner.process.pid  # type: ignore[union-attr]
-    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text(encoding="utf-8", errors="replace").splitlines():
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return float("nan")
@@ -37,7 +37,7 @@ def kernel_cpu_seconds(client: NotebookClient) -> float:
     """The kernel process's CPU time (user + system) so far, in seconds (Linux); wall time on a shared
     machine overstates what a chapter costs, CPU time does not."""
     pid = client.km.provisioner.process.pid  # type: ignore[union-attr]
-    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    fields = pathlib.Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace").rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
