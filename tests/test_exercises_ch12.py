@@ -143,3 +143,10 @@ def test_bits_per_byte_in_float32_is_accepted() -> None:
     assert ex.bits_per_byte.run(in_float32).passed
     for mistake in ex.bits_per_byte.mistakes:  # each mistake is off by far more than the tolerance
         assert not ex.bits_per_byte.run(mistake.answer).passed
+
+
+def test_no_feedback_of_chapter_12_says_output() -> None:
+    for language in ("en", "zh"):
+        text = _feedback(ex.decode_tokens, ex._decode_streaming, language)
+        text += _feedback(ex.bits_per_byte, ex._bpb_nats, language)
+        assert "output" not in text

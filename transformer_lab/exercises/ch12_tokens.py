@@ -22,6 +22,10 @@ from transformer_lab.exercises.core import Case, Exercise, Mistake
 __all__ = ["predict_utf8_bytes", "merge_step", "decode_tokens", "bits_per_byte"]
 
 
+def _one_output(candidate, *inputs):  # noqa: ANN001, ANN002, ANN202
+    return (candidate(*inputs),)  # a 1-tuple, so that the feedback names it ("your text is ...", not "output is")
+
+
 # --- 1. predict: the UTF-8 bytes of a mixed line --------------------------------------------------
 
 #: the line of the exercise: 2 + 1 + 1 + 5 + 1 = 10 characters
@@ -370,6 +374,8 @@ decode_tokens = Exercise(
     ],
     forbidden=[bpe.ByteBPE],
     shortcuts=[_decode_with_library],
+    run=_one_output,
+    output_names=["your text"],
 )
 
 
@@ -438,10 +444,6 @@ def _bpb_case(name: str, shape: tuple[int, int], vocab: int, seed: int) -> Case:
         return logits, targets, token_bytes
 
     return Case(name, inputs, atol=1e-9, rtol=1e-6)  # float32 arithmetic (about 1e-7) passes; every mistake is far off
-
-
-def _one_output(candidate, *inputs):  # noqa: ANN001, ANN002, ANN202
-    return (candidate(*inputs),)  # a 1-tuple, so that the feedback names it ("your bits per byte is ...")
 
 
 bits_per_byte = Exercise(
