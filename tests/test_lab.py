@@ -153,7 +153,7 @@ def test_a_read_only_dir_is_one_sentence_and_nothing_is_lost():
             capture_output=True,
             text=True,
             encoding="utf-8",
-            env=dict(os.environ, HOME=str(base)),
+            env=dict(os.environ, HOME=str(base), PYTHONIOENCODING="utf-8"),
             cwd=base,
             timeout=120,
             **user,
