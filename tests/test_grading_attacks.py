@@ -36,7 +36,6 @@ TIMEOUT = 5.0
 pytestmark = pytest.mark.slow  # grades a whole class: notebooks run in the sandbox
 
 
-
 @pytest.fixture(autouse=True, scope="module")
 def _sandbox():
     require_sandbox()  # skipped on a machine without bubblewrap, a failure under CI
@@ -254,6 +253,47 @@ def attacks(course: pathlib.Path, subs: pathlib.Path, port: int) -> dict[str, tu
             f"page = np.DataSource(None).open('http://127.0.0.1:{port}/grades').read()\n"
             "def softmax_rows(x):\n    raise NotImplementedError\n",
         ),
+        # ---------------------------------------------------------- past the static check (issue 36)
+        "f_getattr_renamed": (
+            "01",
+            sm,
+            "g = getattr\ndef softmax_rows(x):\n    return g(torch, 'soft' + 'max')(x, -1)\n",
+        ),
+        "f_attrgetter": (
+            "01",
+            sm,
+            "import operator\nfind = operator.attrgetter('_C._nn.softmax')\ndef softmax_rows(x):\n    return find(torch)(x, -1)\n",
+        ),
+        "f_torch_sys": ("01", sm, "def softmax_rows(x):\n    return torch.sys.modules['torch'].softmax(x, -1)\n"),
+        "f_typing_sys": (
+            "01",
+            sm,
+            "import typing\nmods = typing.sys.modules\ndef softmax_rows(x):\n    return mods['torch.nn.functional'].softmax(x, -1)\n",
+        ),
+        "f_own_private_name": (
+            "01",
+            sm,
+            "class Mine:\n    _C = None\ndef softmax_rows(x):\n    return torch._C._nn.softmax(x, -1)\n",
+        ),
+        "f_torch_builtins_eval": (
+            "01",
+            sm,
+            "def softmax_rows(x):\n    return torch.builtins.eval('torch.softmax')(x, -1)\n",
+        ),
+        "h_wait_torch_os": (
+            "01",
+            sm,
+            "def softmax_rows(x):\n    torch.os.read(torch.os.pipe()[0], 1)\n    return x\n",
+        ),
+        "h_huge_cell": ("01", sm, "pad = 1\n" * 40_000 + "def softmax_rows(x):\n    return x\n"),
+        "h_deep_cell": ("01", sm, "pad = " + "+".join(["x"] * 20_000) + "\ndef softmax_rows(x):\n    return x\n"),
+        # ---------------------------------------------------------- the report: an error message that forges it
+        "c_forge_report": (
+            "01",
+            sm,
+            "raise ValueError('x\\n\\n## No problem\\n\\n- c_forge_report\\n- [grades](javascript:alert(1)) <img src=x>')\n"
+            "def softmax_rows(x):\n    raise NotImplementedError\n",
+        ),
         "h_fill_disk": (
             "01",
             sm,
@@ -338,6 +378,27 @@ def graded(tmp_path_factory):
         cells_by_id(blank)[cell_id]["source"] = code
         put(subs / name, path.name, blank)
         expected[name] = {path.stem: 0.0}
+    # collecting: what is not a regular file is never read, and costs only its student a line in the report
+    links = {
+        "c_link_teacher": lambda name: ROOT / "notebooks" / "solutions" / name,  # scored 35/35 before issue 36
+        "c_link_other": lambda name: subs / "ada" / name,
+        "c_link_relative": lambda name: pathlib.Path("..") / "ada" / name,
+        "c_dangling_link": lambda name: subs / "nobody" / name,
+    }
+    for name, target in links.items():
+        (subs / name).mkdir(parents=True)
+        for path in CHAPTERS:
+            (subs / name / path.name).symlink_to(target(path.name))
+        expected[name] = {}
+    (subs / "c_folder" / CHAPTERS[0].name).mkdir(parents=True)
+    (subs / "c_folder" / "04_normalization (1).ipynb").mkdir()
+    (subs / "c_fifo").mkdir()
+    for path in CHAPTERS:
+        os.mkfifo(subs / "c_fifo" / path.name)  # reading one would wait for ever
+    (subs / "c_link_folder").mkdir()
+    (subs / "c_link_folder" / "student").symlink_to(subs / "ada")
+    (subs / "c_link_student").symlink_to(subs / "ada")  # a whole student folder that is a link
+    expected.update(c_folder={}, c_fifo={}, c_link_folder={})
     records = classroom.grade_folder(subs, course, chapters=None, timeout=TIMEOUT, jobs=2, secret=SECRET)
     server.shutdown()
     report = (course / "grading_report.md").read_text()
@@ -354,6 +415,36 @@ def graded(tmp_path_factory):
         "tool_changed": (ROOT / "tools" / "classroom.py").read_bytes() != tool_before,
         "cy_layer_norm": (cy_layer_norm, points),
     }
+
+
+COLLECT_ATTACKS = (
+    "c_link_teacher",
+    "c_link_other",
+    "c_link_relative",
+    "c_dangling_link",
+    "c_folder",
+    "c_fifo",
+    "c_link_folder",
+)
+
+
+def test_what_is_not_a_regular_file_is_never_graded_and_costs_only_its_student(graded):
+    sections = {}
+    for block in graded["report"].split("\n## ")[1:]:
+        title, _, body = block.partition("\n")
+        sections[title.strip()] = body
+    for name in COLLECT_ATTACKS:
+        assert not any(r["student"] == name for r in graded["records"]), name
+        assert graded["grades"][name]["total"] == "0", graded["grades"][name]
+        assert "not graded" in sections[name] or "no notebook" in sections[name], sections[name]
+    for name in ("c_link_teacher", "c_link_other", "c_link_relative", "c_dangling_link"):
+        assert "symbolic link" in sections[name], sections[name]
+    assert "named pipe" in sections["c_fifo"] and "a folder" in sections["c_folder"]
+    assert "c_link_student" not in graded["grades"]
+    assert "symbolic link" in sections["Not graded: entries of the submissions folder"]
+    forged = sections["c_forge_report"]
+    assert "\\#\\# No problem" in forged and "\\<img" in forged
+    assert list(sections).count("No problem") == 1 and "c_forge_report" not in sections["No problem"]
 
 
 def _points(graded, student: str, chapter: str) -> float:

@@ -38,6 +38,7 @@ import argparse
 import concurrent.futures
 import csv
 import datetime as dt
+import errno
 import hashlib
 import html
 import json
@@ -46,8 +47,10 @@ import pathlib
 import re
 import secrets
 import shutil
+import stat
 import subprocess
 import sys
+import tempfile
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -243,6 +246,8 @@ def read_notebook(path: pathlib.Path) -> dict[str, Any]:
         raise ValueError(f"{path.name} is not UTF-8 text ({exc.reason})") from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path.name} is not a valid notebook (broken JSON at line {exc.lineno})") from None
+    except RecursionError:
+        raise ValueError(f"{path.name} is not a notebook (its JSON is nested too deeply)") from None
     if not isinstance(data, dict) or not isinstance(data.get("cells"), list):
         raise ValueError(f"{path.name} is not a notebook (no list of cells)")
     return data
@@ -454,11 +459,170 @@ def _normal(stem: str) -> str:
     return re.sub(r"[\s_-]+", "_", stem).strip("_")
 
 
+#: the largest notebook graded (bytes); a larger one is one line in the report, not graded. The course's own
+#: chapters with their outputs are under 1 MB; a student's with every figure drawn stays well under this.
+MAX_NOTEBOOK_BYTES = 16 << 20
+#: how deep a student's folder is searched for notebooks, and how many entries of it are looked at
+MAX_FOLDER_DEPTH = 8
+MAX_FOLDER_ENTRIES = 5000
+#: an archive handed in instead of a folder: at most this many members and this many bytes unpacked
+MAX_ARCHIVE_MEMBERS = 10000
+MAX_ARCHIVE_BYTES = 1 << 30
+
+
+#: the key of notes about the submissions folder itself (a folder that is no student's): no student id starts so
+FOLDER_NOTES = "(submissions folder)"
+
+
+def shown_name(name: str, limit: int = 80) -> str:
+    """A file or folder name a student chose, as the report and notes show it: one line, no control characters,
+    cut to `limit` characters (a newline in a name can no longer start a section of the report)."""
+    text = "".join(c if c.isprintable() else f"\\x{ord(c):02x}" if ord(c) < 256 else "?" for c in str(name))
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _kind(mode: int) -> str:
+    """What a file-system entry that is not a regular file is, in words."""
+    for test, words in (
+        (stat.S_ISLNK, "a symbolic link (links are never followed)"),
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a named pipe (FIFO)"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a device"),
+        (stat.S_ISBLK, "a device"),
+    ):
+        if test(mode):
+            return words
+    return "not a regular file"
+
+
+def find_notebooks(folder: pathlib.Path) -> tuple[list[pathlib.Path], list[str]]:
+    """The regular files named `*.ipynb` in a student's folder and below it, never following a symbolic link
+    (to a file or a folder); and a note for each entry named like a notebook that is not a regular file (a
+    link, a folder, a FIFO, a device), which is not graded. `.ipynb_checkpoints` folders are skipped."""
+    files: list[pathlib.Path] = []
+    notes: list[str] = []
+    seen = 0
+    pending = [(folder, 0)]
+    while pending:
+        here, depth = pending.pop()
+        try:
+            entries = sorted(os.scandir(here), key=lambda e: e.name)
+        except OSError as exc:
+            notes.append(f"{shown_name(here.name)}/: could not be read ({exc.strerror}): not graded")
+            continue
+        for entry in entries:
+            seen += 1
+            if seen > MAX_FOLDER_ENTRIES:
+                notes.append(f"more than {MAX_FOLDER_ENTRIES} files and folders: the rest was not looked at")
+                return files, notes
+            try:
+                mode = entry.stat(follow_symlinks=False).st_mode
+            except OSError:
+                continue
+            path = pathlib.Path(entry.path)
+            shown = shown_name(str(path.relative_to(folder)))
+            if stat.S_ISDIR(mode):
+                if entry.name.endswith(".ipynb"):
+                    notes.append(f"{shown}: {_kind(mode)}, not a notebook: not graded")
+                if entry.name == ".ipynb_checkpoints":
+                    continue
+                if depth + 1 < MAX_FOLDER_DEPTH:
+                    pending.append((path, depth + 1))
+                continue
+            if not entry.name.endswith(".ipynb"):
+                continue
+            if stat.S_ISREG(mode):
+                files.append(path)
+            else:
+                notes.append(f"{shown}: {_kind(mode)}, not a notebook file: not graded (only regular files are)")
+    return sorted(files), notes
+
+
+def read_regular(path: pathlib.Path, limit: int | None = None) -> bytes:
+    """The bytes of `path` if it is a regular file of at most `limit` bytes (MAX_NOTEBOOK_BYTES if None), opened
+    without following a link and without waiting on a FIFO; else ValueError saying what it is."""
+    limit = MAX_NOTEBOOK_BYTES if limit is None else limit
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise ValueError(f"{shown_name(path.name)} is a symbolic link (links are never followed)") from None
+        raise ValueError(f"{shown_name(path.name)} could not be opened ({exc.strerror})") from None
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError(f"{shown_name(path.name)} is {_kind(info.st_mode)}, not a notebook file")
+        if info.st_size > limit:
+            raise ValueError(
+                f"{shown_name(path.name)} is {info.st_size / 2**20:.1f} MiB, more than the {limit / 2**20:g} MiB "
+                f"a notebook may have (clear the outputs and hand it in again)"
+            )
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"{shown_name(path.name)} is more than the {limit / 2**20:g} MiB a notebook may have")
+    return data
+
+
+def unpack_archive(archive: pathlib.Path, dest: pathlib.Path) -> dict[str, list[str]]:
+    """Unpack a zip archive of submissions (one folder per student) into `dest`, keeping only regular files:
+    a symbolic link, an absolute path or a path with `..` in it is left out with a note, and the archive may
+    hold at most MAX_ARCHIVE_MEMBERS members and MAX_ARCHIVE_BYTES bytes once unpacked. Returns the notes, per
+    student (the member's first folder) or under FOLDER_NOTES."""
+    import zipfile
+
+    notes: dict[str, list[str]] = {}
+
+    def note(name: str, text: str) -> None:
+        first = name.replace("\\", "/").lstrip("/").split("/", 1)[0]
+        inside = not name.startswith(("/", "\\")) and "/" in name.replace("\\", "/")
+        key = first if inside and STUDENT_ID.match(first) else FOLDER_NOTES
+        notes.setdefault(key, []).append(f"{shown_name(name)}: {text}")
+
+    if not zipfile.is_zipfile(archive):
+        raise ValueError(f"submissions: {archive} is neither a folder nor a zip archive")
+    with zipfile.ZipFile(archive) as zipped:
+        members = zipped.infolist()
+        if len(members) > MAX_ARCHIVE_MEMBERS:
+            raise ValueError(
+                f"submissions: {archive.name} holds {len(members)} members, more than {MAX_ARCHIVE_MEMBERS}"
+            )
+        total = 0
+        for member in members:
+            name = member.filename
+            mode = member.external_attr >> 16
+            parts = pathlib.PurePosixPath(name.replace("\\", "/")).parts
+            if member.is_dir():
+                continue
+            if stat.S_IFMT(mode) not in (0, stat.S_IFREG):  # 0: an archiver that stores no file type
+                note(name, f"{_kind(mode)} in the archive: left out")
+                continue
+            if not parts or name.startswith("/") or ".." in parts or any(":" in p for p in parts[:1]):
+                note(name, "a path outside the archive's folder: left out")
+                continue
+            total += member.file_size
+            if total > MAX_ARCHIVE_BYTES or member.file_size > MAX_NOTEBOOK_BYTES and name.endswith(".ipynb"):
+                note(name, "too large once unpacked: left out")
+                total -= member.file_size
+                continue
+            target = dest.joinpath(*parts)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with zipped.open(member) as source, open(target, "xb") as out:
+                left = member.file_size + 1  # never more than the member says it holds
+                while left > 0:
+                    chunk = source.read(min(left, 1 << 20))
+                    if not chunk:
+                        break
+                    out.write(chunk)
+                    left -= len(chunk)
+    return notes
+
+
 def match_chapters(files: Sequence[pathlib.Path], chapters: Sequence[str]) -> tuple[dict[str, pathlib.Path], list[str]]:
     """Which file is which chapter: {chapter: file}, and notes on every file not named exactly."""
     found: dict[str, pathlib.Path] = {}
     notes: list[str] = []
-    for path in sorted(files, key=lambda p: (p.stat().st_mtime, p.name)):
+    for path in sorted(files, key=lambda p: (p.lstat().st_mtime, p.name)):
         if path.stem in chapters:
             chapter = path.stem
         else:
@@ -467,13 +631,14 @@ def match_chapters(files: Sequence[pathlib.Path], chapters: Sequence[str]) -> tu
                 c for c in chapters if normal[:2].isdigit() and c[:2] == normal[:2]
             ]
             if len(candidates) != 1:
-                notes.append(f"{path.name}: matches no chapter, not graded")
+                notes.append(f"{shown_name(path.name)}: matches no chapter, not graded")
                 continue
             chapter = candidates[0]
-            notes.append(f"{path.name}: graded as {chapter}.ipynb (misnamed)")
+            notes.append(f"{shown_name(path.name)}: graded as {chapter}.ipynb (misnamed)")
         if chapter in found:
             notes.append(
-                f"{found[chapter].name} and {path.name} are both {chapter}: the newer one, {path.name}, is graded"
+                f"{shown_name(found[chapter].name)} and {shown_name(path.name)} are both {chapter}: the newer one, "
+                f"{shown_name(path.name)}, is graded"
             )
         found[chapter] = path
     return found, notes
@@ -482,35 +647,60 @@ def match_chapters(files: Sequence[pathlib.Path], chapters: Sequence[str]) -> tu
 def collect(
     submissions: pathlib.Path, course_dir: pathlib.Path, chapters: Sequence[str]
 ) -> tuple[dict[str, dict[str, pathlib.Path]], dict[str, list[str]]]:
-    """Each student's notebooks, copied into nbgrader's `submitted/<student>/<chapter>/`; and notes per student."""
+    """Each student's notebooks, copied into nbgrader's `submitted/<student>/<chapter>/`; and notes per student.
+
+    Only regular files are graded: a symbolic link is never followed (a student folder that is a link, a link
+    named like a notebook, a link to a folder), and a folder, a FIFO or a device named like a notebook is a note
+    for that student, not an error for the class. Notes about entries of `submissions` that are no student's go
+    under FOLDER_NOTES."""
     students: dict[str, dict[str, pathlib.Path]] = {}
     notes: dict[str, list[str]] = {}
     if not submissions.is_dir():
         raise ValueError(f"submissions: {submissions} is not a folder (expected one sub-folder per student)")
-    for folder in sorted(p for p in submissions.iterdir() if p.is_dir()):
+    for entry in sorted(os.scandir(submissions), key=lambda e: e.name):
+        folder = pathlib.Path(entry.path)
+        try:
+            mode = entry.stat(follow_symlinks=False).st_mode
+        except OSError:
+            continue
+        if not stat.S_ISDIR(mode):
+            if stat.S_ISLNK(mode) or entry.name.endswith(".ipynb"):
+                notes.setdefault(FOLDER_NOTES, []).append(
+                    f"{shown_name(entry.name)}: {_kind(mode)} in the submissions folder, not a student's folder: "
+                    "not graded"
+                )
+            continue
         if not STUDENT_ID.match(folder.name):
-            notes.setdefault(folder.name, []).append(
-                f"folder {folder.name!r} is not a usable student id (letters, digits, _ . @ -): not graded"
+            notes.setdefault(FOLDER_NOTES, []).append(
+                f"folder {shown_name(folder.name)!r} is not a usable student id (letters, digits, _ . @ -): not graded"
             )
             continue
-        files = [p for p in folder.rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts]
+        files, walk_notes = find_notebooks(folder)
         found, found_notes = match_chapters(files, chapters)
-        notes.setdefault(folder.name, []).extend(found_notes)
-        if not found:
-            notes[folder.name].append("no notebook of a graded chapter found")
+        notes.setdefault(folder.name, []).extend(walk_notes + found_notes)
         students[folder.name] = {}
         for chapter, path in found.items():
             dest = course_dir / "submitted" / folder.name / chapter
-            if path.resolve() == (dest / f"{chapter}.ipynb").resolve():  # nbgrader's collect put it there already
-                students[folder.name][chapter] = path
+            try:
+                if path.resolve() == (dest / f"{chapter}.ipynb").resolve():  # nbgrader's collect put it there
+                    read_regular(path)  # still a regular file of a sane size
+                    students[folder.name][chapter] = path
+                    continue
+                data = read_regular(path)
+            except ValueError as exc:
+                notes[folder.name].append(f"{exc}: not graded")
                 continue
-            if dest.exists():
+            if dest.is_symlink():
+                dest.unlink()
+            elif dest.exists():
                 shutil.rmtree(dest)
             dest.mkdir(parents=True)
-            shutil.copy2(path, dest / f"{chapter}.ipynb")
-            stamp = dt.datetime.fromtimestamp(path.stat().st_mtime, dt.UTC).isoformat()
+            (dest / f"{chapter}.ipynb").write_bytes(data)
+            stamp = dt.datetime.fromtimestamp(path.lstat().st_mtime, dt.UTC).isoformat()
             (dest / "timestamp.txt").write_text(stamp)
             students[folder.name][chapter] = dest / f"{chapter}.ipynb"
+        if not students[folder.name]:
+            notes[folder.name].append("no notebook of a graded chapter found")
     return students, notes
 
 
@@ -543,6 +733,7 @@ def grade_one(
     timeout: float,
     session: Any = None,
     sandbox: Any = None,
+    chapter_timeout: float | None = None,
 ) -> dict[str, Any]:
     """Grade one student's chapter in that student's sandbox (`sandbox`: a StudentSandbox, kept for the student's
     other chapters; else one is made for this chapter from `session`, a GradingSession, itself made sandboxed if
@@ -565,7 +756,14 @@ def grade_one(
         submitted = None
     if submitted is not None:
         result = grade_notebook(
-            teacher, submitted, chapter, secret, cell_timeout=timeout, session=session, sandbox=sandbox
+            teacher,
+            submitted,
+            chapter,
+            secret,
+            cell_timeout=timeout,
+            session=session,
+            sandbox=sandbox,
+            chapter_timeout=chapter_timeout,
         )
         record["problems"] += result.problems
         for grade_id, grade in result.exercises:
@@ -605,6 +803,7 @@ def grade_student(
     secret: int,
     timeout: float,
     session: Any,
+    chapter_timeout: float | None = None,
 ) -> list[dict[str, Any]]:
     """Grade one student's chapters ({chapter: notebook}) one after another in one sandbox of the student's own
     (started again if an answer stopped it); return their records. A chapter that cannot be graded gets a record
@@ -615,7 +814,16 @@ def grade_student(
     with StudentSandbox(session) as sandbox:
         for chapter, path in chapters.items():
             try:
-                record = grade_one(course_dir, student, chapter, path, secret, timeout, sandbox=sandbox)
+                record = grade_one(
+                    course_dir,
+                    student,
+                    chapter,
+                    path,
+                    secret,
+                    timeout,
+                    sandbox=sandbox,
+                    chapter_timeout=chapter_timeout,
+                )
             except Exception as exc:  # never stop the class at one student
                 record = {
                     "student": student,
@@ -672,6 +880,7 @@ def grade_folder(
     write_gb: bool = True,
     sandbox: bool = True,
     limits: Any = None,
+    chapter_timeout: float | None = None,
 ) -> list[dict[str, Any]]:
     """Grade every student's chapters in `submissions`; write the gradebook, tables and report; return the records.
 
@@ -680,7 +889,9 @@ def grade_folder(
     this raises SandboxUnavailable unless `sandbox` is False (then the report says so on its first line).
     `limits` (a sandbox.Limits) sets its memory and CPU time. `secret` seeds the hidden cases; leave it None
     (the class's own secret, kept in the course directory, so a re-grade gives the same grades) except in a test.
-    `write_gb=False` skips nbgrader's gradebook (a course directory `student` did not make).
+    `write_gb=False` skips nbgrader's gradebook (a course directory `student` did not make). `chapter_timeout`
+    bounds the wall clock of one student's chapter (`grading.chapter_limit(timeout)` if None).
+    `submissions` may also be a zip archive of the class's folders (`unpack_archive`: regular files only).
     """
     from transformer_lab.exercises.grading import GradingSession
 
@@ -693,8 +904,20 @@ def grade_folder(
         if unknown:
             raise ValueError(f"chapters: {unknown} were never handed out; handed out: {released}")
         released = [r for r in released if any(r == c or (len(c) == 2 and r[:2] == c) for c in chapters)]
+    archive_notes: dict[str, list[str]] = {}
+    unpacked = None
+    if submissions.is_file() and not submissions.is_symlink():  # a zip of the class's folders
+        unpacked = tempfile.TemporaryDirectory(prefix="tl-submissions-")
+        archive_notes = unpack_archive(submissions, pathlib.Path(unpacked.name))
+        submissions = pathlib.Path(unpacked.name)
+    try:
+        students, notes = collect(submissions, course_dir, released)
+    finally:
+        if unpacked is not None:
+            unpacked.cleanup()
+    for key, lines in archive_notes.items():
+        notes.setdefault(key, [])[:0] = lines
     session = GradingSession(limits, sandbox=sandbox, hide=(str(course_dir), str(submissions.resolve())))
-    students, notes = collect(submissions, course_dir, released)
     if secret is None:
         secret = class_secret(course_dir)  # hidden cases: a seed no student can know, the same at every re-grade
     jobs = jobs or max(1, min(len(os.sched_getaffinity(0)), 8))
@@ -706,7 +929,7 @@ def grade_folder(
         # one task per student: a student's chapters share the student's sandbox (its start paid once)
         with i18n.language(class_language(course_dir) or "en"), concurrent.futures.ThreadPoolExecutor(jobs) as pool:
             futures = [
-                pool.submit(grade_student, course_dir, student, found, secret, timeout, session)
+                pool.submit(grade_student, course_dir, student, found, secret, timeout, session, chapter_timeout)
                 for student, found in students.items()
                 if found
             ]
@@ -749,7 +972,7 @@ def write_tables(course_dir: pathlib.Path, csv_path: pathlib.Path) -> None:
     records = load_records(course_dir)
     maxima = chapter_maxima(course_dir)
     graded = sorted({r["chapter"] for r in records})
-    students = sorted({r["student"] for r in records} | set(_notes(course_dir)))
+    students = sorted({r["student"] for r in records} | {s for s in _notes(course_dir) if STUDENT_ID.match(s)})
     by = {(r["student"], r["chapter"]): r for r in records}
     csv_path.parent.mkdir(parents=True, exist_ok=True)
     with csv_path.open("w", newline="") as f:
@@ -795,6 +1018,25 @@ def _notes(course_dir: pathlib.Path) -> dict[str, list[str]]:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
+#: the most characters of one problem the report shows (an error message is cut there)
+REPORT_LINE = 400
+#: what could make a link, an image, an HTML tag or entity, a table or a heading of a student's text (emphasis and
+#: code spans stay: they forge nothing, and the grader's own messages quote names in backticks)
+_MARKDOWN = re.compile(r"([\\\[\]<>&!|#])")
+
+
+def md(text: object, limit: int = REPORT_LINE) -> str:
+    """Text a student controls (a file name, an error message, an answer's output) made safe for one line of
+    the markdown report: every line break and control character becomes a visible escape, markdown and HTML
+    characters are escaped (no heading, list item, link, image or tag can be forged), and it is cut to `limit`
+    characters."""
+    flat = "".join(c if c.isprintable() else ("⏎" if c in "\r\n" else " ") for c in str(text))
+    flat = " ".join(flat.split())
+    if len(flat) > limit:
+        flat = flat[: limit - 3] + "..."
+    return _MARKDOWN.sub(r"\\\1", flat)
+
+
 def write_report(course_dir: pathlib.Path, records: list[dict[str, Any]], students: Sequence[str]) -> pathlib.Path:
     """grading_report.md: every problem of every student, one section each; honest students have none."""
     notes = _notes(course_dir)
@@ -816,15 +1058,22 @@ def write_report(course_dir: pathlib.Path, records: list[dict[str, Any]], studen
         "",
     ]
     clean = []
+    if notes.get(FOLDER_NOTES):
+        lines += [
+            "## Not graded: entries of the submissions folder",
+            "",
+            *(f"- {md(n)}" for n in notes[FOLDER_NOTES]),
+            "",
+        ]
     for student in students:
-        problems = [f"- {n}" for n in notes.get(student, []) if not n.startswith("not handed in")]
-        missing = [n for n in notes.get(student, []) if n.startswith("not handed in")]
+        problems = [f"- {md(n)}" for n in notes.get(student, []) if not n.startswith("not handed in")]
+        missing = [md(n) for n in notes.get(student, []) if n.startswith("not handed in")]
         for record in sorted((r for r in records if r["student"] == student), key=lambda r: r["chapter"]):
-            problems += [f"- {record['chapter']}: {p}" for p in record["problems"]]
+            problems += [f"- {md(record['chapter'])}: {md(p)}" for p in record["problems"]]
         if problems:
-            lines += [f"## {student}", "", *problems, *([f"- ({missing[0]})"] if missing else []), ""]
+            lines += [f"## {md(student)}", "", *problems, *([f"- ({missing[0]})"] if missing else []), ""]
         else:
-            clean.append(student + (f" ({missing[0]})" if missing else ""))
+            clean.append(md(student) + (f" ({missing[0]})" if missing else ""))
     lines += ["## No problem", "", *(f"- {s}" for s in clean), ""]
     path = course_dir / "grading_report.md"
     path.write_text("\n".join(lines))
@@ -915,11 +1164,19 @@ def main(argv: list[str] | None = None) -> int:
         help="the class's language: en (default for a new class) or zh, the Chinese edition; kept by the course dir",
     )
     grade = commands.add_parser("grade", help="grade a folder of submissions")
-    grade.add_argument("submissions", type=pathlib.Path, help="one sub-folder per student id with the notebooks")
+    grade.add_argument(
+        "submissions", type=pathlib.Path, help="one sub-folder per student id with the notebooks, or a zip of them"
+    )
     grade.add_argument("--chapters", nargs="*", help="grade only these chapters")
     grade.add_argument("--csv", type=pathlib.Path, default=None, help="grade table (default: COURSE_DIR/grades.csv)")
     grade.add_argument("--timeout", type=float, default=10.0, help="seconds per answer cell and per case")
     grade.add_argument("--jobs", type=int, default=None, help="parallel graders (default: the cores)")
+    grade.add_argument(
+        "--chapter-timeout",
+        type=float,
+        default=None,
+        help="wall-clock seconds per student and chapter (default: 12 x --timeout, at least 60)",
+    )
     grade.add_argument(
         "--no-sandbox",
         action="store_true",
@@ -946,6 +1203,8 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--timeout must be a positive number of seconds")
         if args.jobs is not None and args.jobs < 1:
             parser.error("--jobs must be at least 1")
+        if args.chapter_timeout is not None and args.chapter_timeout < args.timeout:
+            parser.error("--chapter-timeout must be at least --timeout (seconds per student and chapter)")
         from transformer_lab.exercises.grading import Limits, SandboxUnavailable
 
         try:
@@ -965,6 +1224,7 @@ def main(argv: list[str] | None = None) -> int:
                 args.jobs,
                 sandbox=not args.no_sandbox,
                 limits=limits,
+                chapter_timeout=args.chapter_timeout,
             )
         except SandboxUnavailable as exc:
             print(f"classroom.py grade: no sandbox: {exc}", file=sys.stderr)

@@ -39,6 +39,7 @@ import shutil
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,6 +67,8 @@ __all__ = [
     "FUSED_KERNELS",
     "SandboxUnavailable",
     "Limits",
+    "clean_result",
+    "chapter_limit",
 ]
 
 #: held while this process computes a case's hidden inputs and the reference's answer to them. A case's inputs
@@ -319,6 +322,127 @@ class ExerciseGrade:
         return sum(ok for ok, _ in self.cases)
 
 
+# ------------------------------------------------------------------ what comes out of a sandbox, checked
+
+#: the longest text of a sandbox's answer kept (an error message, a shortcut's message); the rest is cut
+MAX_TEXT = 300
+#: the most a sandbox's answer may hold: nodes of its values (containers, numbers, strings), and tensor elements
+MAX_NODES = 20_000
+MAX_ELEMENTS = 1 << 22
+_OP_NAME = re.compile(r"^[A-Za-z0-9_.]{1,80}$")
+
+
+class Malformed(ValueError):
+    """A sandbox's answer that is not what a grading server sends (forged, too large, too deep)."""
+
+
+def clean_text(value: Any, limit: int = MAX_TEXT) -> str | None:
+    """A text out of a sandbox (an error message, what an answer printed), cut to `limit` characters, its control
+    characters but newlines and tabs replaced; None stays None."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise Malformed("a text that is no string")
+    text = value[: limit + 1]
+    text = "".join(c if c.isprintable() or c in "\n\t" else " " for c in text)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class _Budget:
+    def __init__(self) -> None:
+        self.nodes, self.elements = 0, 0
+
+    def take(self, nodes: int = 1, elements: int = 0) -> None:
+        self.nodes += nodes
+        self.elements += elements
+        if self.nodes > MAX_NODES or self.elements > MAX_ELEMENTS:
+            raise Malformed("more values than an answer returns")
+
+
+def _plain_copy(value: Any, budget: _Budget, depth: int = 0) -> Any:
+    """A fresh copy of a value out of a sandbox, held to the budget (a structure that repeats itself by
+    reference is counted at each repeat), 24 levels deep at most, and tensors to plain strided CPU ones whose
+    storage holds them."""
+    if depth > 24:
+        raise Malformed("a value nested too deeply")
+    budget.take()
+    if value is None or isinstance(value, (bool, float)):
+        return value
+    if isinstance(value, int):
+        if value.bit_length() > 256:
+            raise Malformed("an integer too large")
+        return value
+    if isinstance(value, str):
+        if len(value) > 10_000:
+            raise Malformed("a string too long")
+        return value
+    if isinstance(value, Tensor):
+        if type(value) is not Tensor and not isinstance(value, torch.nn.Parameter):
+            raise Malformed("a tensor subclass")
+        if value.layout != torch.strided or value.device.type != "cpu" or value.is_quantized:
+            return {"__unsupported__": f"a {value.dtype} tensor on {value.device} ({value.layout})"}
+        budget.take(elements=value.numel())
+        spans = zip(value.shape, value.stride(), strict=True)
+        needed = value.storage_offset() + sum((n - 1) * st for n, st in spans) + 1
+        if value.numel() and needed * value.element_size() > value.untyped_storage().nbytes():
+            raise Malformed("a tensor larger than its storage")
+        return value.detach().as_subclass(Tensor).clone()
+    if isinstance(value, (tuple, list)):
+        budget.take(nodes=len(value))
+        items = [_plain_copy(v, budget, depth + 1) for v in value]
+        return tuple(items) if isinstance(value, tuple) else items
+    if isinstance(value, dict):
+        budget.take(nodes=len(value))
+        return {str(_plain_copy(k, budget, depth + 1)): _plain_copy(v, budget, depth + 1) for k, v in value.items()}
+    raise Malformed(f"a value of type {type(value).__name__}")
+
+
+def clean_result(result: Any, cases: int) -> dict[str, Any]:
+    """A grading server's answer about one exercise, checked and copied: the fields the grader reads, of the
+    types and sizes it expects, `cases` case entries, texts cut and cleaned. Malformed if it is anything else."""
+    if not isinstance(result, dict):
+        raise Malformed("not a record")
+    if "crash" in result:
+        return {"crash": clean_text(result["crash"], 2000)}
+    budget = _Budget()
+    cells, entries = result.get("cells"), result.get("cases")
+    if not isinstance(cells, list) or not isinstance(entries, list) or len(entries) != cases or len(cells) > 1000:
+        raise Malformed("not the cells and cases of this exercise")
+    out: dict[str, Any] = {"cells": [], "cases": [], "seccomp": bool(result.get("seccomp"))}
+    for cell in cells:
+        if not isinstance(cell, dict):
+            raise Malformed("a cell that is no record")
+        out["cells"].append({"kind": clean_text(cell.get("kind"), 80) or "", "error": clean_text(cell.get("error"))})
+    tampered = result.get("tampered", [])
+    if not isinstance(tampered, list):
+        raise Malformed("tampered: no list")
+    out["tampered"] = sorted({t for t in tampered if isinstance(t, str) and t in runner_watch()})
+    for entry in entries:
+        if not isinstance(entry, dict):
+            raise Malformed("a case that is no record")
+        ops, types = entry.get("ops", []), entry.get("error_types", [])
+        if not isinstance(ops, list) or not isinstance(types, list) or len(ops) > 5000 or len(types) > 64:
+            raise Malformed("a case's operators or error types")
+        out["cases"].append(
+            {
+                "value": _plain_copy(entry.get("value"), budget),
+                "error": clean_text(entry.get("error")),
+                "error_types": [t for t in types if isinstance(t, str) and _OP_NAME.match(t)],
+                "shortcut": clean_text(entry.get("shortcut")),
+                "not_done": entry.get("not_done") is True,
+                # an operator the record cannot name is named as such: it still counts against an allow-list
+                "ops": sorted({op if isinstance(op, str) and _OP_NAME.match(op) else "<unnamed>" for op in ops}),
+            }
+        )
+    return out
+
+
+def runner_watch() -> tuple[str, ...]:
+    from transformer_lab.exercises.runner import TAMPER_WATCH_NAMES
+
+    return TAMPER_WATCH_NAMES
+
+
 def _all_cases(exercise: Exercise, problem: str) -> list[tuple[bool, str]]:
     return [(False, _m("check.case_problem", case=_t(case.name), problem=problem)) for case in exercise.cases]
 
@@ -331,6 +455,7 @@ def grade_exercise(
     secret: int,
     cell_timeout: float = 10.0,
     server: SandboxServer | None = None,
+    deadline: float | None = None,
 ) -> ExerciseGrade:
     """Grade one exercise: run `cells` and `function` in a sandbox, compare here.
 
@@ -343,11 +468,21 @@ def grade_exercise(
         cell_timeout: seconds allowed to each cell and to each case.
         server: a running sandbox (`GradingSession.server()`); one is started and stopped for this call if none
             is given.
+        deadline: when (`time.monotonic()`) the grading of this student's chapter must end: the exercise gets
+            what is left of it at most, and is not graded if nothing is.
     """
     grade = ExerciseGrade(exercise.name, 0.0, max_points)
+    budget = cell_timeout * (len(cells) + len(exercise.cases)) + 30.0
+    if deadline is not None:
+        left = deadline - time.monotonic()
+        if left < 1.0:
+            reason = "the time limit of this chapter was reached before this exercise"
+            grade.problems.append(_m("grading.not_graded", reason=reason))
+            grade.cases = _all_cases(exercise, _m("grading.not_graded", reason=reason))
+            return grade
+        budget = min(budget, left)
     with _REFERENCE_LOCK:
         leaves = [_sent_leaves(exercise, i, secret) for i in range(len(exercise.cases))]
-    budget = cell_timeout * (len(cells) + len(exercise.cases)) + 30.0
     request = {
         "module": _module_of(exercise),
         "exercise": _attribute_of(exercise),
@@ -366,10 +501,20 @@ def grade_exercise(
         if owned:
             server.close()
     if status == "killed":
-        grade.problems.append(_m("grading.stopped", seconds=f"{budget:g}"))
+        grade.problems.append(_m("grading.stopped", seconds=f"{budget:.0f}"))
         grade.cases = _all_cases(exercise, _m("grading.did_not_finish"))
         return grade
-    if status == "sandbox" or result is None:
+    if status == "idle":
+        reason = "the answer waited without computing (a sleep, a blocked read or a lock), and was stopped"
+        grade.problems.append(_m("grading.not_graded", reason=reason))
+        grade.cases = _all_cases(exercise, _m("grading.did_not_finish"))
+        return grade
+    if status == "done" and result is not None:
+        try:
+            result = clean_result(result, len(exercise.cases))
+        except Malformed as exc:
+            status, result = f"malformed: {exc}", None
+    if status != "done" or result is None:
         reason = (
             _m("grading.sandbox_stopped") if status == "sandbox" else _m("grading.no_result_process", status=status)
         )
@@ -474,6 +619,23 @@ def refused_grade(exercise: Exercise, max_points: float, findings: list[str]) ->
     return grade
 
 
+def not_graded(exercise: Exercise, max_points: float, why: str) -> ExerciseGrade:
+    """The grade of an exercise whose answer could not be read (too large, too deeply nested): 0 points, nothing
+    run, each case saying why."""
+    grade = ExerciseGrade(exercise.name, 0.0, max_points)
+    text = _m("grading.not_graded", reason=why)
+    grade.cases = _all_cases(exercise, text)
+    grade.problems.append(f"{exercise.name}: {text}")
+    return grade
+
+
+def chapter_limit(cell_timeout: float) -> float:
+    """The default wall-clock limit of one student's chapter (seconds): twelve times the limit per cell and case,
+    two minutes with the default 10 s. An honest chapter takes a few seconds; an answer that stops its own
+    alarms and waits or spins can hold a grader no longer than this."""
+    return max(60.0, 12 * cell_timeout)
+
+
 def _module_of(exercise: Exercise) -> str:
     for name, module in list(sys.modules.items()):
         if name.startswith("transformer_lab.exercises.") and any(v is exercise for v in vars(module).values()):
@@ -554,7 +716,7 @@ def suspicious_lines(source: str) -> list[str]:
 
     try:
         tree = policy.parse(source)
-    except SyntaxError:
+    except (SyntaxError, ValueError):
         return []
     found = []
     for node in ast.walk(tree):
@@ -588,6 +750,7 @@ def grade_notebook(
     cell_timeout: float = 10.0,
     session: GradingSession | None = None,
     sandbox: StudentSandbox | None = None,
+    chapter_timeout: float | None = None,
 ) -> NotebookGrade:
     """Grade one submitted chapter against the teacher's source notebook (both as JSON dicts).
 
@@ -596,8 +759,11 @@ def grade_notebook(
     answer stopped it): the teacher's setup cell (the chapter's first code cell) and exercise import, then the
     student's answer cells (nbgrader solution cells, matched by their id) of this exercise and of every exercise
     before it. Never a check cell, never any other cell of the student's notebook, never an answer cell the
-    static check refused (its exercise scores 0).
+    static check refused (its exercise scores 0), never one too large or too deeply nested to be read (its
+    exercise is not graded). `chapter_timeout` (seconds; `chapter_limit(cell_timeout)` if None) bounds the wall
+    clock of the whole chapter: the exercises left when it is spent are not graded.
     """
+    deadline = time.monotonic() + (chapter_limit(cell_timeout) if chapter_timeout is None else chapter_timeout)
     session = sandbox.session if sandbox is not None else session or default_session()
     student = sandbox if sandbox is not None else StudentSandbox(session)
     result = NotebookGrade(chapter)
@@ -626,7 +792,10 @@ def grade_notebook(
         elif _visible(_source(theirs)) != _visible(_source(cell)):
             result.problems.append(f"locked cell {meta['grade_id']!r} was edited")
     answers: list[tuple[str, str]] = []
+    # what runs before every answer: its imports say what an answer's names refer to (the static check's context)
+    context = "\n".join(source for _, source in setup) if setup else policy.DEFAULT_CONTEXT
     refused: list[str] = []  # the static check's findings in this exercise's answer cells
+    unreadable: list[str] = []  # why an answer cell of this exercise could not be read (too large, too deep)
     own: list[str] = []  # this exercise's own answer cells (since the previous check cell)
     module = __import__(f"transformer_lab.exercises.{modules[0]}", fromlist=["_"]) if modules else None
     try:
@@ -638,9 +807,17 @@ def grade_notebook(
                     result.problems.append(f"answer cell {meta.get('grade_id')!r} is missing")
                     continue
                 text = _source(theirs)
-                for line in suspicious_lines(text):
+                try:
+                    why = policy.unreadable(text)
+                    lines, findings = ([], []) if why else (suspicious_lines(text), policy.refusals(text, context))
+                except Exception as exc:  # noqa: BLE001 - no source may stop the static passes
+                    why, lines, findings = f"the static check could not read it ({type(exc).__name__})", [], []
+                if why:
+                    unreadable.append(why)
+                    result.problems.append(f"answer cell {meta['grade_id']!r} could not be graded (not run): {why}")
+                    continue
+                for line in lines:
                     result.problems.append(f"answer cell {meta['grade_id']!r} patches the course or torch: {line}")
-                findings = policy.refusals(text)
                 if findings:
                     refused += [str(f) for f in findings]
                     result.problems.append(
@@ -662,13 +839,22 @@ def grade_notebook(
                 points = float(meta.get("points", 1))
                 stubs = [_blank(text) for text in own]  # each own cell's stub functions (empty: not blank)
                 blank = bool(own) and all(stubs) and match.group(2) in set().union(*stubs)
-                if refused:
+                if unreadable:
+                    grade = not_graded(exercise, points, unreadable[0])
+                elif refused:
                     grade = refused_grade(exercise, points, refused)
                 elif blank:  # handed in as handed out: nothing to run
                     grade = blank_grade(exercise, points)
                 else:
                     grade = grade_exercise(
-                        exercise, match.group(2), setup + answers, points, secret, cell_timeout, server=student.server()
+                        exercise,
+                        match.group(2),
+                        setup + answers,
+                        points,
+                        secret,
+                        cell_timeout,
+                        server=student.server(),
+                        deadline=deadline,
                     )
                 for name in grade.tampered:
                     message = f"the answer cells replaced {name}"
@@ -684,7 +870,7 @@ def grade_notebook(
                         f"({stopped[0].split(': ')[0]})"
                     )
                 result.exercises.append((meta["grade_id"], grade))
-                refused, own = [], []
+                refused, own, unreadable = [], [], []
     finally:
         if sandbox is None:
             student.close()

@@ -11,8 +11,9 @@ For each exercise the server forks a child, so one answer cannot change what the
 student line runs, the child:
 
 - gives up starting processes and sending signals (a seccomp filter: `fork`, `vfork`, `clone` of a new
-  process, `clone3`, `kill`, `tkill`, `tgkill`, `rt_sigqueueinfo`, `pidfd_send_signal` and `ptrace` fail),
-  and is held to a CPU-time limit (`RLIMIT_CPU`);
+  process, `kill`, `tkill`, `tgkill`, `rt_sigqueueinfo`, `pidfd_send_signal` and `ptrace` fail; `clone3`
+  answers "not implemented", so that threads start with `clone`, which the filter allows for a thread),
+  and is held to a CPU-time limit (`RLIMIT_CPU`); the server ends it when it waits without computing;
 - closes every descriptor but its own result pipe, and points its stdout and stderr at nothing;
 - makes the finished versions the exercise asks to build unavailable (a `TorchFunctionMode` refuses the
   forbidden torch functions by every spelling; the forbidden library functions and classes raise whatever
@@ -49,8 +50,12 @@ from torch.utils._python_dispatch import TorchDispatchMode
 __all__ = ["ShortcutBlocked", "plain", "float_leaves", "with_leaves", "serve", "read_frame", "write_frame"]
 
 PLAIN_TYPES = (bool, int, float, str, type(None))
-#: the most a child may hand back (bytes); more is dropped and reported as no result
-MAX_RESULT = 64 << 20
+#: the most a child may hand back (bytes); more is dropped and reported as no result. The grader reads no more
+#: than this from a sandbox either, and only uncompressed frames (`loads(..., limit=)`), so what a frame holds
+#: once read is no larger than the frame.
+MAX_RESULT = 16 << 20
+#: the most members a frame's archive may hold (a tensor is one member)
+MAX_MEMBERS = 4096
 TAMPER_WATCH_NAMES = (
     "torch.allclose",
     "torch.equal",
@@ -109,7 +114,26 @@ def dumps(value: Any) -> bytes:
     return buffer.getvalue()
 
 
-def loads(data: bytes) -> Any:
+def loads(data: bytes, limit: int | None = None) -> Any:
+    """A frame's value (`torch.load` with `weights_only=True`). With `limit` (what the grader uses on whatever
+    comes out of a sandbox), the frame must be an archive of at most MAX_MEMBERS uncompressed members of at most
+    `limit` bytes in all: a compressed member, which could expand far past the frame, is refused (ValueError)."""
+    if limit is not None:
+        import zipfile
+
+        if len(data) > limit:
+            raise ValueError(f"frame: {len(data)} bytes, more than {limit}")
+        try:
+            with zipfile.ZipFile(io.BytesIO(data)) as archive:
+                members = archive.infolist()
+        except zipfile.BadZipFile:
+            raise ValueError("frame: not an archive") from None
+        if len(members) > MAX_MEMBERS:
+            raise ValueError(f"frame: {len(members)} members, more than {MAX_MEMBERS}")
+        if any(m.compress_type != zipfile.ZIP_STORED or m.file_size != m.compress_size for m in members):
+            raise ValueError("frame: a compressed member")
+        if sum(m.file_size for m in members) > limit:
+            raise ValueError("frame: its members hold more than the frame's limit")
     return torch.load(io.BytesIO(data), weights_only=True)
 
 
@@ -204,12 +228,13 @@ def _seccomp_program() -> bytes | None:
     processor is neither x86-64 nor AArch64 (that layer is then missing; the sandbox's others stay)."""
     machine = platform.machine()
     if machine in ("x86_64", "AMD64"):
-        arch, clone, denied = 0xC000003E, 56, [57, 58, 62, 200, 234, 129, 297, 424, 101, 435]  # fork vfork kill ...
+        arch, clone, denied = 0xC000003E, 56, [57, 58, 62, 200, 234, 129, 297, 424, 101]  # fork vfork kill ...
     elif machine in ("aarch64", "arm64"):
-        arch, clone, denied = 0xC00000B7, 220, [129, 130, 131, 138, 240, 424, 117, 435]
+        arch, clone, denied = 0xC00000B7, 220, [129, 130, 131, 138, 240, 424, 117]
     else:
         return None
-    eperm, allow = 0x00050000 | 1, 0x7FFF0000
+    clone3 = 435  # the same number on both
+    eperm, allow, enosys = 0x00050000 | 1, 0x7FFF0000, 0x00050000 | 38
     ld, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
     program: list[tuple[int, int, int, int]] = []
     # [0] arch; another ABI (32-bit calls on x86-64) is refused whole
@@ -222,6 +247,10 @@ def _seccomp_program() -> bytes | None:
     for number in denied:
         program.append((jeq, 0, 1, number))
         program.append((ret, 0, 0, eperm))
+    # clone3 takes its flags in memory, where a filter cannot look: it answers "not implemented", and glibc then
+    # starts a thread with clone, whose CLONE_THREAD flag the filter reads (threads allowed, processes not)
+    program.append((jeq, 0, 1, clone3))
+    program.append((ret, 0, 0, enosys))
     program.append((jeq, 1, 0, clone))
     program.append((ret, 0, 0, allow))
     program.append((ld, 0, 0, 16))  # clone's flags (low 32 bits of args[0])
@@ -475,6 +504,39 @@ def _child(request: dict[str, Any], result_fd: int) -> None:
     os._exit(0)  # skip the student's atexit hooks and finalizers
 
 
+def _cpu_seconds(pid: int) -> float | None:
+    """The CPU time (user and system) process `pid` has used so far, from /proc; None where it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            fields = handle.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+#: a child that used less than this share of one processor over a whole idle window is waiting, not computing
+IDLE_SHARE = 0.02
+
+
+def _wait_computing(fd: int, pid: int, deadline: float, idle_seconds: float) -> str | None:
+    """Wait until `fd` can be read ("ready"), the deadline passes ("killed") or the child `pid` has waited
+    `idle_seconds` without computing ("idle": a sleep, a blocked read, a lock no one releases)."""
+    window_start, cpu_start = time.monotonic(), _cpu_seconds(pid)
+    while True:
+        now = time.monotonic()
+        if now >= deadline:
+            return "killed"
+        if select.select([fd], [], [], min(1.0, deadline - now))[0]:
+            return "ready"
+        now, cpu = time.monotonic(), _cpu_seconds(pid)
+        if cpu is None or cpu_start is None:
+            window_start, cpu_start = now, cpu
+        elif now - window_start >= idle_seconds:
+            if cpu - cpu_start < IDLE_SHARE * (now - window_start):
+                return "idle"
+            window_start, cpu_start = now, cpu
+
+
 def _handle(request: dict[str, Any]) -> tuple[str, bytes]:
     read_end, write_end = os.pipe()
     pid = os.fork()
@@ -483,11 +545,13 @@ def _handle(request: dict[str, Any]) -> tuple[str, bytes]:
         _child(request, write_end)
     os.close(write_end)
     deadline = time.monotonic() + float(request["budget"])
-    payload = read_frame(read_end, deadline)
+    idle = float(request.get("idle_seconds") or max(5.0, float(request.get("cell_timeout", 10.0))))
+    waited = _wait_computing(read_end, pid, deadline, idle)
+    payload = read_frame(read_end, deadline) if waited == "ready" else None
     os.close(read_end)
     status = "done"
     if payload is None:
-        status = "killed" if time.monotonic() >= deadline else "lost"
+        status = waited if waited in ("killed", "idle") else "killed" if time.monotonic() >= deadline else "lost"
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)

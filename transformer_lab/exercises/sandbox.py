@@ -10,7 +10,8 @@ student's chapters share theirs (`grading.StudentSandbox`), another student's an
   no references, no wrong answers, no helpers only they use, no stored expected answers or hashes, no
   grading code, no translations of exercise texts; the data files read-only). Not the repository, not the
   teacher's home, not another student's submission, not the grader's records;
-- writes only a scratch `/tmp` (a memory-backed tmpfs of `tmp_mib`, thrown away with the sandbox);
+- writes only a scratch `/tmp` (a memory-backed tmpfs of `tmp_mib`, thrown away with the sandbox); `/dev`
+  holds bwrap's few device nodes (null, zero, random, ...) and is read-only, so no other tmpfs can hold data;
 - has no network (its own empty network namespace), sees no process outside it (its own PID namespace)
   and so can signal none, runs as `nobody` in its own user namespace and may not make another
   (`--disable-userns`), and is in a session of its own (`--new-session`);
@@ -199,6 +200,8 @@ def command(
         "/proc",
         "--dev",
         "/dev",
+        "--remount-ro",  # the few device nodes bwrap makes, and nothing can be written into /dev (a tmpfs)
+        "/dev",
         "--size",
         str(limits.tmp_mib << 20),
         "--tmpfs",
@@ -286,6 +289,10 @@ def probe(limits: Limits | None = None) -> str | None:
 # ------------------------------------------------------------------ the server
 
 
+#: what a grading server may answer about one exercise (runner._handle); anything else stops the sandbox
+STATUSES = frozenset({"done", "killed", "idle", "lost"})
+
+
 class SandboxServer:
     """The grading server of one submission, in its sandbox; `run()` sends one exercise, returns its result."""
 
@@ -311,13 +318,14 @@ class SandboxServer:
     def _wait_ready(self, deadline: float) -> bool:
         if self.ready is None:
             assert self.process.stdout is not None
-            frame = runner.read_frame(self.process.stdout.fileno(), deadline)
+            frame = runner.read_frame(self.process.stdout.fileno(), deadline, limit=1 << 16)
             if frame is None:
                 return False
             try:
-                self.ready = runner.loads(frame)
+                ready = runner.loads(frame, limit=1 << 16)
             except Exception:
                 return False
+            self.ready = ready if isinstance(ready, dict) else {}
         return True
 
     def alive(self) -> bool:
@@ -338,18 +346,24 @@ class SandboxServer:
         except OSError:
             self.close()
             return "sandbox", None
-        frame = runner.read_frame(self.process.stdout.fileno(), time.monotonic() + budget + 15.0)
+        # what comes out of a sandbox is held to the size a result may have, uncompressed (runner.loads)
+        frame = runner.read_frame(
+            self.process.stdout.fileno(), time.monotonic() + budget + 15.0, limit=runner.MAX_RESULT + 256
+        )
         if frame is None or len(frame) < 1:
             self.close()
             return "sandbox", None
         (size,) = struct.unpack("<B", frame[:1])
         status = frame[1 : 1 + size].decode("ascii", "replace")
+        if status not in STATUSES:
+            self.close()
+            return "sandbox", None
         payload = frame[1 + size :]
         if not payload:
             return status, None
         try:
-            return status, runner.loads(payload)
-        except Exception:  # not plain data: nothing to credit
+            return status, runner.loads(payload, limit=runner.MAX_RESULT)
+        except Exception:  # too large, compressed, or not plain data: nothing to credit
             return "unreadable", None
 
     def close(self) -> None:
