@@ -59,6 +59,9 @@ SWITCHES: dict[str, dict[str, object]] = {
     "softcap": dict(logit_softcap=2.0),
     "zero_init": dict(zero_init_output=True),
     "hf_float32": dict(positions="rope", norm="rms", qk_norm="rms", hf_float32=True),
+    "window": dict(window_pattern="SL", window=3),
+    "window_default": dict(window_pattern="SSSL"),  # a quarter of the context: 3 of 12
+    "nanochat_init": dict(init="nanochat", tie_embeddings=False),
 }
 # The combinations the chapter uses.
 COMBOS: dict[str, dict[str, object]] = {
@@ -76,6 +79,11 @@ COMBOS: dict[str, dict[str, object]] = {
     "nanochat": dict(
         positions="rope", norm="rms_no_weight", embedding_norm=True, qk_norm="rms_no_weight", activation="relu2",
         logit_softcap=3.0, zero_init_output=True, bias=False, tie_embeddings=False,
+    ),
+    "nanochat_window": dict(
+        positions="rope", norm="rms_no_weight", embedding_norm=True, qk_norm="rms", activation="relu2",
+        logit_softcap=3.0, bias=False, tie_embeddings=False, window_pattern="SSSL", window=4, init="nanochat",
+        n_kv_heads=2,
     ),
 }  # fmt: skip
 EVERY = SWITCHES | COMBOS
@@ -95,6 +103,7 @@ def test_config_defaults_are_gpt2s() -> None:
     assert (c.norm, c.norm_eps, c.embedding_norm, c.qk_norm) == ("layer", 1e-5, False, None)
     assert (c.n_kv_heads, c.head_dim, c.ff_width, c.logit_softcap) == (None, None, None, None)
     assert (c.zero_init_output, c.hf_float32, c.activation) == (False, False, "gelu_tanh")
+    assert (c.window_pattern, c.window, c.init, c.layer_windows) == (None, None, "gpt2", (None,) * 6)
     assert (c.d_k, c.kv_heads, c.d_ff) == (384 // 6, 6, 4 * 384)
 
 

@@ -32,6 +32,8 @@ Chapter 11 turns the same model, switch by switch, into a 2026 decoder (`GPTConf
     n_kv_heads, head_dim          grouped-query attention (a KV cache of H_kv heads), a head size apart from D / H
     logit_softcap=c               logits = c tanh(logits / c)
     zero_init_output=True         W^O and W_2 start at zero
+    window_pattern="SSSL", window sliding-window attention in the "S" layers (nanochat; Mistral, Gemma)
+    init="nanochat"               nanochat's initialisation (N(0, 1) embedding, fan-in scaled matrices)
     bias=False, tie_embeddings=False   (chapter 10's switches) no biases, an untied head
 
 A block stays chapter 06's `EncoderLayer`; the switches choose the attention, feed-forward network and norms
@@ -72,7 +74,14 @@ from transformer_lab.embedding import LearnedPositionalEmbedding
 from transformer_lab.encoder import EncoderLayer
 from transformer_lab.feedforward import _ACTIVATIONS, FeedForward, SwiGLU, swiglu_width
 from transformer_lab.masking import causal_mask
-from transformer_lab.modern import ROPE_LAYOUTS, Float32RMSNorm, RopeScaling, RotaryEmbedding, soft_cap
+from transformer_lab.modern import (
+    ROPE_LAYOUTS,
+    Float32RMSNorm,
+    RopeScaling,
+    RotaryEmbedding,
+    sliding_window_mask,
+    soft_cap,
+)
 from transformer_lab.multihead import MultiHeadAttention, repeat_kv_heads
 from transformer_lab.normalization import LayerNorm
 from transformer_lab.residual import sublayer_connection
@@ -133,6 +142,23 @@ class GPTConfig:
         hf_float32: compute RMSNorm (its statistic) and the rotary tables in float32 whatever the model's
             dtype, as Hugging Face's Llama and Qwen3 do (`tl.modern.Float32RMSNorm`): the same model, rounded
             as theirs is, so that a float64 copy of one equals it to 1e-10 rather than 1e-6 (`tl.hf`).
+        window_pattern: sliding-window attention, layer by layer, as nanochat writes it: a string of "S" (a
+            short window: the query at position i sees only the keys at i - window < j <= i) and "L" (the full
+            causal context), tiled over the layers, the LAST layer always "L" (nanochat's rule: the top of the
+            model sees the whole context). "SSSL" is nanochat's default; Gemma 3 interleaves five local layers
+            per global one, and Mistral 7B windows every layer. None (GPT-2): every layer sees the whole context.
+            Works with both attention paths, rotary or learned positions, and the KV cache: a cached step of an
+            "S" layer attends to the last `window` keys only (the cache still keeps every key).
+        window: the short window, in keys counted with the query's own (Hugging Face's `sliding_window`
+            counts them so; nanochat's flash-attention `window_size=(left, 0)` counts the keys before it,
+            left = window - 1). None: a quarter of block_size, rounded up, as nanochat sets it (nanochat then
+            rounds it up to a multiple of 128, its kernel's tile, which a 64-token context has no use for).
+            A window of block_size or more is the full context. Only with window_pattern.
+        init: "gpt2" (GPT-2's N(0, 0.02^2), `reset_parameters`) or "nanochat" (nanochat's `init_weights`, in
+            the version of January 2026 the chapter describes: token embedding N(0, 1), head N(0, 0.001^2),
+            W^Q, W^K, W^V and the feed-forward network's first matrices uniform with std 1 / sqrt(fan_in), W^O
+            and W_2 zero). nanochat's head starts near zero and its embedding at 1, so it needs
+            tie_embeddings=False.
     """
 
     vocab_size: int
@@ -159,6 +185,9 @@ class GPTConfig:
     logit_softcap: float | None = None
     zero_init_output: bool = False
     hf_float32: bool = False
+    window_pattern: str | None = None
+    window: int | None = None
+    init: str = "gpt2"
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "block_size", "d_model", "n_heads", "n_layers"):
@@ -190,6 +219,27 @@ class GPTConfig:
             _check_positive_float("logit_softcap", self.logit_softcap)
         if self.rope_scaling is not None:
             object.__setattr__(self, "rope_scaling", RopeScaling.from_dict(self.rope_scaling))  # a checkpoint's dict
+        if self.window_pattern is not None and (
+            not isinstance(self.window_pattern, str) or not self.window_pattern or set(self.window_pattern) - {"S", "L"}
+        ):
+            raise ValueError(
+                "window_pattern must be a non-empty string of 'S' (a layer with the short sliding window) and 'L' "
+                f"(a layer with the full context), tiled over the layers, e.g. nanochat's 'SSSL'; got "
+                f"{self.window_pattern!r}"
+            )
+        if self.window is not None:
+            check_positive_int("window", self.window)
+            if self.window_pattern is None:
+                raise ValueError(
+                    f"window={self.window} is the short window of window_pattern's 'S' layers: set window_pattern "
+                    "too (e.g. window_pattern='SSSL'), or leave window=None"
+                )
+        _check_choice("init", self.init, INITS)
+        if self.init == "nanochat" and self.tie_embeddings:
+            raise ValueError(
+                "init='nanochat' starts the embedding at std 1 and the head at std 0.001, which one tied matrix "
+                "cannot be: set tie_embeddings=False (as nanochat does)"
+            )
         if self.positions == "rope":
             if self.d_k % 2:
                 raise ValueError(
@@ -228,6 +278,21 @@ class GPTConfig:
         return self.head_dim if self.head_dim is not None else self.d_model // self.n_heads
 
     @property
+    def short_window(self) -> int:
+        """The window of the "S" layers: `window` if set, else block_size / 4 rounded up (nanochat)."""
+        return self.window if self.window is not None else -(-self.block_size // 4)
+
+    @property
+    def layer_windows(self) -> tuple[int | None, ...]:
+        """Each layer's window (None: the full context): window_pattern tiled over the layers, the last "L"."""
+        if self.window_pattern is None:
+            return (None,) * self.n_layers
+        pattern = self.window_pattern
+        windows = [self.short_window if pattern[i % len(pattern)] == "S" else None for i in range(self.n_layers)]
+        windows[-1] = None  # nanochat: the last layer always sees the whole context
+        return tuple(windows)
+
+    @property
     def kv_heads(self) -> int:
         """The number of key/value heads: `n_kv_heads` if set, else n_heads."""
         return self.n_kv_heads if self.n_kv_heads is not None else self.n_heads
@@ -241,6 +306,7 @@ class GPTConfig:
 POSITIONS = ("learned", "rope")
 RMS_NORMS = ("rms", "rms_no_weight")
 NORMS = ("layer", *RMS_NORMS)
+INITS = ("gpt2", "nanochat")
 
 
 def _check_choice(name: str, value: object, choices: tuple[object, ...]) -> None:
@@ -296,6 +362,9 @@ class GPT(nn.Module):
         # The causal mask, True on and below the diagonal (True = may attend, the course's convention; nanoGPT
         # calls this `tril` buffer `bias`). Not persistent: it is rebuilt from block_size, not saved.
         self.register_buffer("causal", causal_mask(c.block_size), persistent=False)  # (block_size, block_size)
+        # Chapter 11's sliding window: the mask of the "S" layers, rows and columns cut from it as from `causal`.
+        local = sliding_window_mask(c.block_size, c.short_window) if c.window_pattern is not None else None
+        self.register_buffer("window_mask", local, persistent=False)  # (block_size, block_size) or None
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -324,6 +393,9 @@ class GPT(nn.Module):
                     nn.init.zeros_(module.bias)
             elif isinstance(module, (nn.RMSNorm, Float32RMSNorm)) and module.weight is not None:
                 nn.init.ones_(module.weight)
+        if self.config.init == "nanochat":  # chapter 11: its embedding, head and matrices drawn anew
+            self._nanochat_init()
+            return
         residual_std = std / math.sqrt(2 * self.config.n_layers)
         for layer in self.layers:
             for weight in (layer.self_attn.w_o.weight, layer.feed_forward.w2.weight):
@@ -331,6 +403,30 @@ class GPT(nn.Module):
                     nn.init.zeros_(weight)
                 else:
                     nn.init.normal_(weight, mean=0.0, std=residual_std)
+
+    @torch.no_grad()
+    def _nanochat_init(self) -> None:
+        """nanochat's `init_weights` (January 2026), on this model's modules (chapter 11, init="nanochat").
+
+        Token embedding ~ N(0, 1), so that the stream starts at RMS 1 (the norm after the embedding then changes
+        its scale little; GPT-2's 0.02 makes that norm multiply it by about 50); the untied head ~ N(0, 0.001^2),
+        so that the first logits are nearly equal. W^Q, W^K, W^V and the feed-forward network's first matrix
+        (both of SwiGLU's) ~ uniform(-s, s) with s = sqrt(3 / fan_in): std 1 / sqrt(fan_in), so that each output
+        starts with the variance of one input feature (nanochat: uniform rather than normal, to have no
+        outliers). W^O and W_2 start at zero: every block starts as the identity. What nanochat does not have
+        keeps GPT-2's values, set just before by `reset_parameters`: biases 0, norm gains 1, a learned position
+        table N(0, 0.02^2).
+        """
+        nn.init.normal_(self.token_embedding.weight, mean=0.0, std=1.0)
+        nn.init.normal_(self.lm_head.weight, mean=0.0, std=0.001)
+        for layer in self.layers:
+            attention, ff = layer.self_attn, layer.feed_forward
+            inputs = [attention.w_q, attention.w_k, attention.w_v, ff.w1] + ([ff.w3] if isinstance(ff, SwiGLU) else [])
+            for linear in inputs:
+                bound = math.sqrt(3 / linear.in_features)  # uniform(-s, s) has variance s^2 / 3 = 1 / fan_in
+                nn.init.uniform_(linear.weight, -bound, bound)
+            nn.init.zeros_(attention.w_o.weight)
+            nn.init.zeros_(ff.w2.weight)
 
     def new_cache(self) -> DecoderCache:
         """An empty KV cache for `forward(idx, cache=...)`: each layer's keys and values, and the length so far.
@@ -380,10 +476,8 @@ class GPT(nn.Module):
             if self.embedding_norm is not None:  # chapter 11: a norm right after the embedding (nanochat)
                 x = self.embedding_norm(x)
             x = self.dropout(x)
-            # Query t (absolute position start + t) may see keys 0..start+t: rows start..start+T-1 of the full
-            # mask. A single new token sees everything, so it needs no mask (and the fused kernel can skip it).
-            mask = None if length == 1 else self.causal[start : start + length, : start + length]  # (T, start + T)
-            for i, layer in enumerate(self.layers):
+            masks = self._layer_masks(start, length)  # one per layer: (T, start + T) or None
+            for i, (layer, mask) in enumerate(zip(self.layers, masks, strict=True)):
                 x = layer(x, mask) if cache is None else _cached_layer(layer, x, mask, cache.layers[i], start)
             if cache is not None:
                 cache.length += length
@@ -392,6 +486,22 @@ class GPT(nn.Module):
             if self.config.logit_softcap is not None:  # chapter 11: c * tanh(z / c) (Gemma 2, nanochat)
                 logits = soft_cap(logits, self.config.logit_softcap)
             return logits
+
+    def _layer_masks(self, start: int, length: int) -> list[Tensor | None]:
+        """Each layer's mask for `length` queries at positions start.. against keys 0..start+length-1.
+
+        Query t (absolute position start + t) may see keys 0..start+t: rows start..start+T-1 of the full mask.
+        A single new token sees everything, so it needs no mask (and the fused kernel can skip it). An "S" layer
+        of a window pattern cuts the same rows from the sliding-window mask; a single token then needs one only
+        once more than `window` keys are cached.
+        """
+        causal = None if length == 1 else self.causal[start : start + length, : start + length]  # (T, start + T)
+        if self.window_mask is None:
+            return [causal] * self.config.n_layers
+        local: Tensor | None = self.window_mask[start : start + length, : start + length]  # (T, start + T)
+        if length == 1 and start + 1 <= self.config.short_window:
+            local = None  # every cached key is still inside the window
+        return [causal if window is None else local for window in self.config.layer_windows]
 
     def _check_idx(self, idx: object, cache: DecoderCache | None) -> int:
         """Clear errors for bad token ids or a context past block_size; returns the first position of idx."""
@@ -880,7 +990,8 @@ def _cached_layer(layer: EncoderLayer, x: Tensor, mask: Tensor | None, cache: La
 # activations, say, or training with dropout) the step goes through the modules (`_cached_layer`), and so it does
 # when asked: `generate(..., through_modules=True)` or `model(idx, cache, through_modules=True)`.
 # Chapter 11's switches are all supported: rotary positions, RMSNorm, QK norm, grouped-query attention, a free
-# head size, ReLU^2 and SwiGLU, the norm after the embedding and the logit soft-cap (each tested equal).
+# head size, ReLU^2 and SwiGLU, the norm after the embedding, the logit soft-cap and the sliding window (each tested
+# equal).
 
 _HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
 _NORM_CLASSES = (LayerNorm, nn.RMSNorm, Float32RMSNorm)
@@ -901,6 +1012,7 @@ class _LayerPlan(NamedTuple):
     b_o: Tensor | None
     norm2: Callable[[Tensor], Tensor]
     feed_forward: Callable[[Tensor], Tensor]  # the network of FeedForward or SwiGLU, from their weights
+    window: int | None  # the sliding window of an "S" layer (None: the whole context)
 
 
 def _untouched(module: nn.Module) -> bool:
@@ -979,7 +1091,7 @@ def _decode_plan(model: GPT) -> list[_LayerPlan] | None:
     if any(m.training and m.p > 0 for m, classes in expected if classes == (nn.Dropout,)):  # type: ignore[union-attr]
         return None
     plan = []
-    for layer in model.layers:
+    for layer, window in zip(model.layers, model.config.layer_windows, strict=True):
         attention, ff = layer.self_attn, layer.feed_forward
         w_qkv, b_qkv = attention.packed_projections()
         if isinstance(ff, SwiGLU):
@@ -1015,6 +1127,7 @@ def _decode_plan(model: GPT) -> list[_LayerPlan] | None:
                 b_o=attention.w_o.bias,
                 norm2=layer.norm2.forward,
                 feed_forward=feed_forward,
+                window=window,
             )
         )
     return plan
@@ -1058,11 +1171,15 @@ def _decode_step(model: GPT, idx: Tensor, cache: DecoderCache, plan: list[_Layer
             if layer.rotary is not None:  # rotary positions: both turned by the angle of position `start`
                 q, k = layer.rotary.forward(q, start), layer.rotary.forward(k, start)
             k, v = layer_cache.extend_self(k, v)  # (B, H_kv, cached + 1, d_k) each
+            keys = k.shape[2]
+            if layer.window is not None and keys > layer.window:  # sliding window: the last `window` keys only
+                k, v = k[:, :, -layer.window :], v[:, :, -layer.window :]  # (B, H_kv, window, d_k) each
             if attention.record_weights:
                 group = attention.n_heads // attention.n_kv_heads
-                k, v = repeat_kv_heads(k, group), repeat_kv_heads(v, group)  # (B, H, cached + 1, d_k) each
-                heads, weights = scaled_attention(q, k, v)  # (B, H, 1, d_k), (B, H, 1, cached + 1)
-                attention.attention_weights = weights.detach()
+                k, v = repeat_kv_heads(k, group), repeat_kv_heads(v, group)  # (B, H, <= cached + 1, d_k) each
+                heads, weights = scaled_attention(q, k, v)  # (B, H, 1, d_k), (B, H, 1, <= cached + 1)
+                # the keys outside the window get weight 0, as the masked softmax of the modules gives them
+                attention.attention_weights = F.pad(weights.detach(), (keys - weights.shape[-1], 0))
             else:
                 heads = F.scaled_dot_product_attention(
                     q, k, v, enable_gqa=attention.n_kv_heads != attention.n_heads

@@ -13,6 +13,8 @@
   whatever the model's dtype). Only needed to equal those models to 1e-10 in float64; otherwise the GPT uses
   PyTorch's own `nn.RMSNorm`.
 - `soft_cap`: Gemma 2's logit soft-cap, c * tanh(z / c).
+- `sliding_window_mask`: the causal mask of sliding-window attention (Mistral, Gemma, nanochat's window pattern):
+  query i sees only the last `window` keys, i - window < j <= i.
 
 Shape legend: B batch, H heads, L positions, d_k the size of one head.
 """
@@ -38,6 +40,7 @@ __all__ = [
     "RotaryEmbedding",
     "Float32RMSNorm",
     "soft_cap",
+    "sliding_window_mask",
 ]
 
 #: The two ways of grouping a head's d_k features into the pairs that RoPE turns (see the module docstring).
@@ -308,3 +311,21 @@ def soft_cap(logits: Tensor, cap: float) -> Tensor:
     """Gemma 2's logit soft-cap: cap * tanh(logits / cap), close to the identity for |logits| << cap and never
     beyond +-cap (chapter 11). Shape: any -> the same."""
     return cap * torch.tanh(logits / cap)
+
+
+def sliding_window_mask(size: int, window: int, device: torch.device | str | None = None) -> Tensor:
+    """The mask of sliding-window attention (chapter 11): True where query i may attend to key j.
+
+    Query i sees the `window` most recent keys, itself included: i - window < j <= i. A window of 1 is the
+    token alone; a window of `size` or more is the plain causal mask (`tl.causal_mask`). Hugging Face's Mistral
+    counts its `sliding_window` the same way; nanochat's (left, 0) windows count the keys before the query
+    (left = window - 1).
+
+    Shape:
+        (size, size), broadcastable to (B, H, T, T).
+    """
+    check_positive_int("size", size)
+    check_positive_int("window", window)
+    i = torch.arange(size, device=device).unsqueeze(1)  # (T, 1), the query's position
+    j = torch.arange(size, device=device).unsqueeze(0)  # (1, T), the key's position
+    return (j <= i) & (j > i - window)  # (T, T)
