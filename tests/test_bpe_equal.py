@@ -3,7 +3,7 @@
 merges.txt, and from tokenizer.json) gives identical ids on every line of both corpora's validation splits and
 on made-up edge cases; and Hugging Face's own trainer learns the same merges from the same text.
 
-Both libraries are pinned in requirements-test.txt; without them these tests skip with the reason (and fail
+Both libraries are pinned in requirements.txt; without them these tests skip with the reason (and fail
 under CI, as the other tests of optional tools do).
 """
 
@@ -22,7 +22,7 @@ from transformer_lab.data import load_corpus, split_text
 
 HAS_TIKTOKEN = importlib.util.find_spec("tiktoken") is not None
 HAS_TOKENIZERS = importlib.util.find_spec("tokenizers") is not None
-INSTALL = "(pip install -r requirements-test.txt)"
+INSTALL = "(pip install -r requirements.txt)"
 
 SPECIAL = "<|endoftext|>"
 VOCAB_SIZE = 1024

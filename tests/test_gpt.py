@@ -125,7 +125,7 @@ def test_gpt2_small_has_124m_parameters_like_hugging_face() -> None:
     count = sum(p.numel() for p in model.parameters())
     assert count == expected_parameters(50257, 1024, 768, 12, True, True)
     assert round(count / 1e6) == 124
-    require(HAS_TRANSFORMERS, "transformers is not installed (pip install -r requirements-test.txt)")
+    require(HAS_TRANSFORMERS, "transformers is not installed (pip install -r requirements.txt)")
     from transformers import GPT2Config, GPT2LMHeadModel
 
     with torch.device("meta"):
@@ -535,7 +535,7 @@ def test_filter_logits_is_the_definition(top_k: int | None, top_p: float | None)
 
 
 def test_filter_logits_equals_hugging_face_warpers() -> None:
-    require(HAS_TRANSFORMERS, "transformers is not installed (pip install -r requirements-test.txt)")
+    require(HAS_TRANSFORMERS, "transformers is not installed (pip install -r requirements.txt)")
     from transformers.generation.logits_process import TopKLogitsWarper, TopPLogitsWarper
 
     logits = torch.randn(8, V, dtype=torch.float64, generator=torch.Generator().manual_seed(1)) * 3
@@ -562,7 +562,7 @@ def test_sampling_frequencies_follow_the_filtered_softmax() -> None:
 
 def hf_model(seed: int = 0, tied: bool = True, n_positions: int = BLOCK):  # noqa: ANN201 - transformers optional
     """A small random GPT2LMHeadModel in float64 with every parameter perturbed, no download."""
-    require(HAS_TRANSFORMERS, "transformers is not installed (pip install -r requirements-test.txt)")
+    require(HAS_TRANSFORMERS, "transformers is not installed (pip install -r requirements.txt)")
     from transformers import GPT2Config, GPT2LMHeadModel
 
     torch.manual_seed(seed)

@@ -23,7 +23,7 @@ from transformer_lab import hf
 from transformer_lab.modern import RopeScaling, rope_frequencies
 
 HAS_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
-TRANSFORMERS_REASON = "transformers is not installed (pip install -r requirements-test.txt)"
+TRANSFORMERS_REASON = "transformers is not installed (pip install -r requirements.txt)"
 V, LENGTH = 61, 24
 TOL = dict(rtol=1e-10, atol=1e-10)
 COMPAT_TOL = dict(rtol=1e-6, atol=1e-6)  # without hf_float32: Hugging Face's float32 casts, measured ~1e-6
