@@ -4,6 +4,8 @@ The names below are in the order the course teaches them; each module's docstrin
 chapter builds it.
 """
 
+from transformer_lab import _torch_range  # noqa: F401 - first: one clear sentence where the PyTorch is too old
+
 from transformer_lab.attention import scaled_dot_product_attention  # chapter 01
 from transformer_lab.masking import (  # chapter 02
     causal_mask,
