@@ -469,7 +469,7 @@ def headline(args: argparse.Namespace) -> int:
         steps={"half": half.step[-1], "full": runs[1.0][1].step[-1]},
         recipe={"chapter 10": CHAPTER_10, "modern": MUON_RECIPE},
         config=MODERN,
-        made_by="python benchmarks/modern_decoder.py headline --write",
+        made_by=_headline_command(args),
         made_on=f"{datetime.date.today()}, {_machine()}, torch {torch.__version__}",
         histories={
             "chapter 10": _curve(chapter),
@@ -495,10 +495,19 @@ def headline(args: argparse.Namespace) -> int:
             half=True,
             recipe=dict(MUON_RECIPE, seconds=round(budget, 2), clock=args.clock),
             history=_curve(runs[1.0][1]),
-            made_by="python benchmarks/modern_decoder.py headline --write",
+            made_by=_headline_command(args),
         )
         print(f"wrote {ASSETS / 'modern_headline.json'} and {ASSETS / 'gpt_modern_shakespeare.pt'}")
     return 0 if ok else 1
+
+
+def _headline_command(args: argparse.Namespace) -> str:
+    """The command that reproduces a headline run: every option spelled out (the shipped files record it)."""
+    write = " --write" if args.write else ""
+    return (
+        f"python benchmarks/modern_decoder.py headline --seed {args.seed} --clock {args.clock} "
+        f"--eval-every {args.eval_every}{write}"
+    )
 
 
 def _curve(history: Any) -> dict[str, list[float]]:

@@ -53,17 +53,25 @@ def test_soft_cap_is_what_the_gpt_applies_to_its_logits() -> None:
         torch.testing.assert_close(capped(idx), ex._soft_cap_reference(plain(idx), 0.05), rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("which", range(3))
+@pytest.mark.parametrize("which", range(len(ex.soft_cap_logits.mistakes)))
 def test_each_soft_cap_mistake_is_told_its_own_mistake_in_every_case_it_fails(which: int) -> None:
     """A hard clip and tanh of the raw logits both give +-cap far beyond the cap: the case of far logits holds one
-    inside the cap too, so that neither learner is told the other's mistake."""
+    inside the cap too, so that neither learner is told the other's mistake. An answer in float32 fails the
+    float64 case (compared to 1e-10) and is told so."""
     mistakes = ex.soft_cap_logits.mistakes
     result = ex.soft_cap_logits.run(mistakes[which].answer)
     failed = [text for ok, text in result.lines if not ok]
-    assert len(failed) >= 4, result.report()
+    assert failed, result.report()
     for text in failed:
         assert mistakes[which].says in text, text
         assert not any(m.says in text for i, m in enumerate(mistakes) if i != which), text
+
+
+def test_a_float32_answer_fails_only_the_float64_case() -> None:
+    result = ex.soft_cap_logits.run(ex._soft_cap_in_float32)
+    failed = [text for ok, text in result.lines if not ok]
+    assert len(failed) == 1 and failed[0].startswith("(B, T, V) logits in float64"), result.report()
+    assert ex.soft_cap_logits.run(lambda logits, cap: torch.tanh(logits / cap) * cap).passed  # in the logits' dtype
 
 
 # ------------------------------------------------------------------ 2. the KV cache of Llama 3 8B
@@ -103,6 +111,13 @@ def test_pairs_to_halves_is_the_inverse_of_the_hf_converter(case: int) -> None:
     moved = ex._pairs_to_halves_reference(weight, n_heads)
     assert torch.equal(_halves_to_pairs(moved, n_heads, d_k), weight)  # tl.hf's halves -> pairs undoes it
     assert torch.equal(ex._halves_to_pairs_by_hand(moved, n_heads), weight)  # and so does the first mistake
+
+
+def test_moving_the_columns_is_named_in_every_case() -> None:
+    result = ex.pairs_to_halves.run(ex._pairs_to_halves_columns)
+    assert not any(ok for ok, _ in result.lines)
+    for _, text in result.lines:
+        assert "the columns moved" in text, text
 
 
 @pytest.mark.parametrize("qk_norm", [None, "rms"])
@@ -256,6 +271,25 @@ def test_what_the_sgd_momentum_feedback_says_is_true() -> None:
     exact = ex._muon_reference(weight, grad, muon_b, 0.02)[0]
     for answer in (ex._muon_sgd_momentum, ex._muon_sgd_momentum_nesterov):
         assert not torch.allclose(answer(weight, grad, muon_b, 0.02)[0], exact, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    ("answer", "own"),
+    [
+        (ex._muon_factor_inverted, "the wide matrix's step was scaled up"),
+        (ex._muon_factor_no_sqrt, "the square root of out / in"),
+        (ex._muon_factor_no_max, "the factor never goes below 1"),
+        (ex._muon_no_scaling, "the tall matrix moved by lr alone"),
+    ],
+)
+def test_each_slip_of_the_shape_factor_is_named(answer, own: str) -> None:  # noqa: ANN001
+    """On a tall matrix the inverted ratio gives the factor 1, as no factor at all does: it is told "moved by lr
+    alone", which is what happened; the wide case names the inversion itself."""
+    result = ex.muon_update.run(answer)
+    failed = [text for ok, text in result.lines if not ok]
+    assert failed and any(own in text for text in failed), result.report()
+    for text in failed:
+        assert own in text or (answer is ex._muon_factor_inverted and "moved by lr alone" in text), text
 
 
 # ------------------------------------------------------------------ chapter 11's figures

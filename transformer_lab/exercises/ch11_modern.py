@@ -56,6 +56,14 @@ def _soft_cap_clamped(logits, cap):  # noqa: ANN001, ANN202
     return torch.clamp(logits, -cap, cap)
 
 
+def _soft_cap_multiplied_inside(logits, cap):  # noqa: ANN001, ANN202
+    return cap * torch.tanh(logits * cap)
+
+
+def _soft_cap_in_float32(logits, cap):  # noqa: ANN001, ANN202
+    return (cap * torch.tanh(logits / cap)).float()
+
+
 def _soft_cap_with_library(logits, cap):  # noqa: ANN001, ANN202
     return soft_cap(logits, cap)
 
@@ -72,7 +80,12 @@ soft_cap_logits = Exercise(
             lambda: (torch.tensor([-300.0, -40.0, -3.0, 16.0, 60.0, 1000.0]), 15.0),
         ),
         Case("a row of logits (1, V), cap 30 as Gemma 2", lambda: (_randn(1, 12, seed=1100) * 40, 30.0)),
-        Case("(B, T, V) logits in float64", lambda: (_randn(2, 3, 7, seed=1101, dtype=torch.float64) * 20, 15.0)),
+        Case(  # to float64's precision: an answer computed or returned in float32 fails here
+            "(B, T, V) logits in float64",
+            lambda: (_randn(2, 3, 7, seed=1101, dtype=torch.float64) * 20, 15.0),
+            atol=1e-12,
+            rtol=1e-10,
+        ),
         Case("a small cap, 1.0", lambda: (_randn(4, 5, seed=1102) * 3, 1.0)),
     ],
     hints=[
@@ -92,6 +105,16 @@ soft_cap_logits = Exercise(
             _soft_cap_raw_tanh,
             "tanh was taken of the raw logits: a logit of 2 became cap tanh(2), almost the cap itself, so small "
             "logits are no longer kept as they are.",
+        ),
+        Mistake(
+            _soft_cap_multiplied_inside,
+            "the logits were multiplied by the cap inside tanh: divide them by it instead, so that z / c is small for "
+            "ordinary logits and the cap leaves them almost as they are.",
+        ),
+        Mistake(
+            _soft_cap_in_float32,
+            "the result is float32 while the logits were float64: keep the logits' dtype (no .float(), no float32 "
+            "tensor made along the way).",
         ),
         Mistake(
             _soft_cap_clamped,
@@ -148,13 +171,15 @@ predict_kv_cache_bytes = Exercise(
         "1,073,741,824 bytes, 1 GiB: 2 (keys, values) x 32 layers x 8 key/value heads x 8192 positions x 128 "
         "features x 2 bytes. With one key/value head per query head (multi-head attention) it would be 4 GiB; "
         "grouped-query attention shares each key/value head among 4 query heads and divides the cache by 4. "
-        "The weights themselves take about 16 GB in bfloat16, so a few long sequences at once would cost as "
-        "much as the model."
+        "The weights themselves take about 16 GB (15 GiB) in bfloat16, so about fifteen sequences of 8,192 tokens "
+        "at once would need as much memory for their cache as the weights."
     ),
     explain={
         4 * _KV_GIB: "that is the cache of multi-head attention, one key/value head per query head: Llama 3 8B "
         "keeps keys and values for its 8 key/value heads only.",
-        _KV_GIB // 2: "the cache keeps the values as well as the keys: two tensors per layer.",
+        _KV_GIB // 2: "one factor of 2 is missing: either the values were left out (the cache keeps a key and a "
+        "value for every key/value head and position), or this counts numbers, not bytes (a bfloat16 number takes "
+        "2 bytes).",
         2 * _KV_GIB: "bfloat16 takes 2 bytes a number, not 4.",
         _KV_GIB // 32: "that is one layer's cache; each of the 32 layers has its own keys and values.",
         _KV_GIB // 8: "each of the 8 key/value heads keeps keys and values of its own: count every head.",
@@ -194,8 +219,7 @@ def _pairs_to_halves_one_head(weight, n_heads):  # noqa: ANN001, ANN202
 def _pairs_to_halves_columns(weight, n_heads):  # noqa: ANN001, ANN202
     if weight.dim() < 2:
         return weight.clone()
-    cols = weight.shape[1]
-    return weight.reshape(weight.shape[0], cols // 2, 2).transpose(1, 2).reshape(weight.shape)  # moves columns
+    return torch.cat([weight[:, 0::2], weight[:, 1::2]], dim=1)  # moves columns, for any number of them
 
 
 def _pairs_to_halves_with_library(weight, n_heads):  # noqa: ANN001, ANN202
@@ -316,6 +340,24 @@ def _muon_no_scaling(weight, grad, buffer, lr, momentum=0.95):  # noqa: ANN001, 
     m = momentum * buffer + (1 - momentum) * grad
     u = (1 - momentum) * grad + momentum * m
     return weight - lr * _ns(u), m  # every shape moved by lr alone
+
+
+def _muon_factor_inverted(weight, grad, buffer, lr, momentum=0.95):  # noqa: ANN001, ANN202
+    m = momentum * buffer + (1 - momentum) * grad
+    u = (1 - momentum) * grad + momentum * m
+    return weight - lr * math.sqrt(max(1.0, weight.shape[1] / weight.shape[0])) * _ns(u), m  # in / out
+
+
+def _muon_factor_no_sqrt(weight, grad, buffer, lr, momentum=0.95):  # noqa: ANN001, ANN202
+    m = momentum * buffer + (1 - momentum) * grad
+    u = (1 - momentum) * grad + momentum * m
+    return weight - lr * max(1.0, weight.shape[0] / weight.shape[1]) * _ns(u), m
+
+
+def _muon_factor_no_max(weight, grad, buffer, lr, momentum=0.95):  # noqa: ANN001, ANN202
+    m = momentum * buffer + (1 - momentum) * grad
+    u = (1 - momentum) * grad + momentum * m
+    return weight - lr * math.sqrt(weight.shape[0] / weight.shape[1]) * _ns(u), m
 
 
 def _muon_ascent(weight, grad, buffer, lr, momentum=0.95):  # noqa: ANN001, ANN202
@@ -496,7 +538,22 @@ muon_update = Exercise(
         Mistake(
             _muon_no_scaling,
             "the tall matrix moved by lr alone: Muon multiplies the step of a matrix with more rows than columns "
-            "by sqrt(out / in), so that its update has a comparable size.",
+            "by sqrt(out / in), rows over columns, so that its update has a comparable size.",
+        ),
+        Mistake(
+            _muon_factor_inverted,
+            "the wide matrix's step was scaled up: the factor is sqrt(max(1, out / in)), rows over columns, so a "
+            "matrix with fewer rows than columns keeps a factor of 1; columns over rows inverts it.",
+        ),
+        Mistake(
+            _muon_factor_no_sqrt,
+            "the tall matrix's factor is too large: it is the square root of out / in (rows over columns), not "
+            "the ratio itself.",
+        ),
+        Mistake(
+            _muon_factor_no_max,
+            "the wide matrix's step was scaled down: the factor never goes below 1, sqrt(max(1, out / in)); a "
+            "matrix with fewer rows than columns keeps 1.",
         ),
         Mistake(
             _muon_ascent,
