@@ -64,7 +64,7 @@ def test_a_chinese_chapter_in_a_chinese_jupyterlab(lab_zh):
             prose = " ".join(panel.locator(".jp-MarkdownOutput").all_inner_texts())
             assert len(re.findall(r"[\u4e00-\u9fff]", prose)) > 1000, "the chapter's prose is not Chinese"
             outputs = " ".join(panel.locator(".jp-OutputArea-output").all_inner_texts())
-            assert "还没有做" in outputs and "not done yet" not in outputs, "the checks did not speak Chinese"
+            assert "尚未完成" in outputs and "not done yet" not in outputs, "the checks did not speak Chinese"
             for text in ("Error displaying widget", "Error rendering output"):
                 assert panel.get_by_text(text).count() == 0, f"{text!r} in the page"
             widget = panel.locator(".jp-CodeCell:has(.widget-checkbox)").first

@@ -71,7 +71,7 @@ def test_grades_are_the_same_in_both_languages(classes):
 
 def test_the_feedback_speaks_the_class_language(classes):
     page = next(p for p in classes["zh"]["pages"] if "bob" in p.parts).read_text(encoding="utf-8")
-    assert "你的反馈" in page and "还没有做" in page and "lang='zh-CN'" in page
+    assert "你的反馈" in page and "尚未完成" in page and "lang='zh-CN'" in page
     assert "your feedback" not in page and "not done yet" not in page
     cases = [text for r in classes["zh"]["records"] for e in r["exercises"] for _, text in e["cases"]]
     assert cases and all(CJK.search(text) for text in cases), "a case name or message stayed English"

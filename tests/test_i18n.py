@@ -100,7 +100,7 @@ def test_a_learner_in_chinese_reads_chinese_and_english_comes_back(capsys):
         exercise.check(lambda x: torch.zeros(1, 1))
         exercise.solution()
     out = capsys.readouterr().out
-    assert "还没有做" in out and "的提示（第 1 条" in out and "形状不对" in out
+    assert "尚未完成" in out and "的提示（第 1 条" in out and "形状不对" in out
     for english in ("not done yet", "Hint 1 of", "wrong shape", "cases passed", "has hints 1 to"):
         assert english not in out, f"English {english!r} in the Chinese feedback"
     assert tl.get_language() == "en"
