@@ -75,6 +75,23 @@ def test_zh_makes_the_chinese_copy_and_a_chinese_interface_kept_once_changed(tmp
     assert plugin.read_text(encoding="utf-8") == '{"locale": "en"}\n'
 
 
+def test_the_settings_run_sh_kept_in_the_checkout_move_with_the_learner(tmp_path):
+    """`bash run.sh lab zh` kept JupyterLab's settings in the checkout's .jupyter-zh/; they are copied once into the
+    working copy's, never over settings already there."""
+    earlier = tmp_path / "checkout" / ".jupyter-zh" / "user-settings"
+    theme = earlier / "@jupyterlab" / "apputils-extension" / "themes.jupyterlab-settings"
+    theme.parent.mkdir(parents=True)
+    theme.write_text('{"theme": "JupyterLab Dark"}\n', encoding="utf-8")
+    folder = tmp_path / "course"
+    settings = workspace.chinese_interface(folder, earlier)
+    assert (settings / theme.relative_to(earlier)).read_text(encoding="utf-8") == '{"theme": "JupyterLab Dark"}\n'
+    plugin = settings / workspace.TRANSLATION_PLUGIN
+    assert json.loads(plugin.read_text(encoding="utf-8")) == {"locale": "zh_CN"}
+    theme.write_text('{"theme": "JupyterLab Light"}\n', encoding="utf-8")
+    workspace.chinese_interface(folder, earlier)  # the working copy has settings now: nothing is copied again
+    assert "Dark" in (settings / theme.relative_to(earlier)).read_text(encoding="utf-8")
+
+
 def test_a_second_run_keeps_an_edit_and_puts_the_new_version_beside_it(tmp_path, jupyter, capsys):
     course, folder = tmp_path / "course", tmp_path / "mine"
     shutil.copytree(ROOT / "notebooks", course, ignore=shutil.ignore_patterns("solutions", "zh"))

@@ -237,13 +237,17 @@ def check_folder(folder: Path) -> None:
         ) from None
 
 
-def chinese_interface(folder: Path) -> Path:
+def chinese_interface(folder: Path, earlier: Path | None = None) -> Path:
     """Make JupyterLab's interface Chinese for this working copy; return its settings folder.
 
     The settings live in `<folder>/.jupyter-zh/user-settings` (the learner's folder, not the repository or the
-    package), written once: Settings > Language changes them later, and they are not overwritten.
+    package), written once: Settings > Language changes them later, and they are not overwritten. `earlier`, the
+    settings folder `bash run.sh lab zh` used before (the checkout's `.jupyter-zh/user-settings`), is copied in
+    first when the working copy has none yet, so that a learner's choices there are kept.
     """
     settings = folder / ".jupyter-zh" / "user-settings"
+    if earlier is not None and earlier.is_dir() and not settings.exists():
+        shutil.copytree(earlier, settings)
     plugin = settings / TRANSLATION_PLUGIN
     if not plugin.is_file():
         plugin.parent.mkdir(parents=True, exist_ok=True)
@@ -306,7 +310,9 @@ def prepare(folder: Path | None, language: str) -> Path:
         for message in messages:
             print(message)
     if language == "zh":
-        os.environ["JUPYTERLAB_SETTINGS_DIR"] = str(chinese_interface(folder))
+        checkout = _checkout()
+        earlier = checkout / ".jupyter-zh" / "user-settings" if checkout is not None else None
+        os.environ["JUPYTERLAB_SETTINGS_DIR"] = str(chinese_interface(folder, earlier))
     return dest
 
 
