@@ -1,0 +1,309 @@
+"""tl.finetune (chapter 13): LoRA equal to Hugging Face PEFT, the SFT format and its masked loss, the
+group-relative policy gradient against a direct float64 implementation, and the 藏头诗 rewards on hand-made poems.
+
+PEFT's LoRA goes on a small random `LlamaForCausalLM` (float64, never downloaded), read into a GPT with chapter
+11's `from_hf` (hf_float32, so that the models agree to chapter 11's 1e-10); the same A and B (B not zero) go into
+both: logits, the gradients of A and B, and the merged weights agree. Tests that need transformers or peft skip
+without them locally and fail under CI (tests/support.py).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+import torch
+from support import require
+from torch import nn
+
+from transformer_lab import finetune as ft
+from transformer_lab import hf
+
+HAS_PEFT = all(importlib.util.find_spec(m) is not None for m in ("transformers", "peft"))
+PEFT_REASON = "transformers and peft are not installed (pip install -r requirements-test.txt)"
+# PEFT calls a transformers method that transformers 5 deprecates; not ours to fix.
+pytestmark = pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")
+V, LENGTH = 61, 24
+TOL = dict(rtol=1e-10, atol=1e-10)  # chapter 11's (tests/test_hf_modern.py)
+
+# PEFT's module names -> the GPT's (tl.hf's table)
+PEFT_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "down_proj"]
+OUR_TARGETS = ["w_q", "w_k", "w_v", "w_o", "feed_forward.w1", "feed_forward.w2"]
+
+
+def llama(**overrides: object):  # noqa: ANN201 - a transformers model
+    """A float64 random LlamaForCausalLM with grouped-query attention, every parameter perturbed."""
+    require(HAS_PEFT, PEFT_REASON)
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    values: dict[str, object] = dict(
+        vocab_size=V, hidden_size=32, intermediate_size=56, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=LENGTH, rms_norm_eps=1e-6, rope_theta=500.0,
+        bos_token_id=None, eos_token_id=None, pad_token_id=None,
+    )  # fmt: skip
+    values.update(overrides)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(**values)).double().eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    return model
+
+
+def peft_model(reference, rank: int = 4, alpha: float = 8.0):  # noqa: ANN001, ANN201
+    """PEFT's LoRA on PEFT_TARGETS of a copy of `reference`, with B drawn at random (not PEFT's zeros)."""
+    import copy
+
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(r=rank, lora_alpha=alpha, lora_dropout=0.0, target_modules=PEFT_TARGETS)
+    model = get_peft_model(copy.deepcopy(reference), config).double().eval()
+    generator = torch.Generator().manual_seed(3)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(0.3 * torch.randn(p.shape, generator=generator, dtype=p.dtype))
+    return model
+
+
+def tokens(batch: int, length: int, seed: int = 1) -> torch.Tensor:
+    return torch.randint(0, V, (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+def ours_from(reference, layout: str, rank: int = 4, alpha: float = 8.0):  # noqa: ANN001, ANN201
+    model = hf.from_hf(reference.state_dict(), reference.config, rope_layout=layout, hf_float32=True)
+    ft.apply_lora(model, OUR_TARGETS, rank=rank, alpha=alpha)
+    return model.eval()
+
+
+# ---------------------------------------------------------------- LoRA alone
+
+
+def test_lora_linear_starts_as_its_base_and_trains_only_a_and_b() -> None:
+    torch.manual_seed(0)
+    base = nn.Linear(12, 7).double()
+    lora = ft.LoRALinear(base, rank=3, alpha=6.0)
+    x = torch.randn(2, 5, 12, dtype=torch.float64)
+    assert torch.equal(lora(x), base(x))  # B = 0
+    assert torch.count_nonzero(lora.lora_B) == 0 and lora.scale == 2.0
+    assert [n for n, p in lora.named_parameters() if p.requires_grad] == ["lora_A", "lora_B"]
+    lora(x).sum().backward()
+    assert base.weight.grad is None and lora.lora_B.grad is not None
+
+
+def test_lora_a_starts_as_a_linear_weight() -> None:
+    """A is drawn as nn.Linear(in, r) draws its weight (Kaiming-uniform, a = sqrt(5)), PEFT's rule."""
+    base = nn.Linear(40, 9)
+    torch.manual_seed(5)
+    lora = ft.LoRALinear(base, rank=6, alpha=1.0)
+    torch.manual_seed(5)
+    reference = nn.Linear(40, 6, bias=False)
+    assert torch.equal(lora.lora_A, reference.weight)
+
+
+def test_lora_forward_weight_merge_and_unmerge() -> None:
+    torch.manual_seed(1)
+    base = nn.Linear(10, 8).double()
+    original = base.weight.detach().clone()
+    lora = ft.LoRALinear(base, rank=2, alpha=5.0)
+    nn.init.normal_(lora.lora_B)
+    x = torch.randn(4, 10, dtype=torch.float64)
+    update = 2.5 * lora.lora_B @ lora.lora_A
+    expected = x @ (original + update).T + base.bias
+    torch.testing.assert_close(lora(x), expected, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(torch.nn.functional.linear(x, lora.weight, lora.bias), expected)
+    assert torch.linalg.matrix_rank(lora.delta_weight()) == 2
+    lora.merge()
+    assert lora.merged
+    torch.testing.assert_close(base.weight, original + update, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(lora(x), expected, rtol=1e-12, atol=1e-12)
+    with pytest.raises(RuntimeError, match="already merged"):
+        lora.merge()
+    lora.unmerge()
+    torch.testing.assert_close(base.weight, original, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(lora(x), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_lora_dropout_acts_on_the_update_only() -> None:
+    torch.manual_seed(2)
+    base = nn.Linear(6, 6)
+    lora = ft.LoRALinear(base, rank=2, alpha=2.0, dropout=0.5).train()
+    nn.init.normal_(lora.lora_B)
+    x = torch.randn(3, 6)
+    torch.manual_seed(9)
+    y = lora(x)
+    torch.manual_seed(9)
+    kept = torch.nn.functional.dropout(x, 0.5, training=True)
+    torch.testing.assert_close(y, base(x) + lora.scale * kept @ lora.lora_A.T @ lora.lora_B.T)
+    with pytest.raises(RuntimeError, match="dropout"):
+        _ = lora.weight
+    lora.eval()
+    torch.testing.assert_close(lora(x), base(x) + x @ lora.delta_weight().T)
+
+
+def test_apply_lora_on_a_gpt_freezes_the_rest_and_merges() -> None:
+    from transformer_lab.gpt import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    config = GPTConfig(vocab_size=30, block_size=16, d_model=32, n_heads=4, n_layers=2, tie_embeddings=False)
+    model = GPT(config).double().eval()
+    idx = torch.randint(0, 30, (2, 16))
+    with torch.no_grad():
+        before = model(idx)
+    names = ft.apply_lora(model, ["w_q", "w_v", "lm_head"], rank=4, alpha=8)
+    assert names == ["layers.0.self_attn.w_q", "layers.0.self_attn.w_v", "layers.1.self_attn.w_q",
+                     "layers.1.self_attn.w_v", "lm_head"]  # fmt: skip
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert trainable and all(n.endswith(("lora_A", "lora_B")) for n in trainable) and len(trainable) == 10
+    with torch.no_grad():
+        torch.testing.assert_close(model(idx), before, rtol=0, atol=0)  # B = 0: the same model
+        for p in ft.lora_parameters(model):
+            if p.shape[1] == 4:  # the B's
+                p.normal_()
+        adapted = model(idx)
+        assert not torch.allclose(adapted, before)
+        # KV cache and generation go through the LoRA layers as well
+        cache = model.new_cache()
+        stepped = torch.cat([model(idx[:, :10], cache), model(idx[:, 10:11], cache), model(idx[:, 11:], cache)], 1)
+        torch.testing.assert_close(stepped, adapted, rtol=1e-10, atol=1e-10)
+        ft.merge_lora(model)
+        torch.testing.assert_close(model(idx), adapted, rtol=1e-10, atol=1e-10)
+        ft.unmerge_lora(model)
+        torch.testing.assert_close(model(idx), adapted, rtol=1e-10, atol=1e-10)
+    ft.unload_lora(model)
+    assert not ft.lora_modules(model) and type(model.lm_head) is nn.Linear
+    assert all(p.requires_grad for p in model.parameters())
+    with torch.no_grad():
+        torch.testing.assert_close(model(idx), adapted, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        (dict(rank=0), ValueError, "rank"),
+        (dict(rank=-2), ValueError, "rank"),
+        (dict(rank=2.0), TypeError, "rank"),
+        (dict(alpha=0), ValueError, "alpha"),
+        (dict(alpha=-1.0), ValueError, "alpha"),
+        (dict(dropout=1.0), ValueError, "dropout"),
+        (dict(dropout=-0.1), ValueError, "dropout"),
+        (dict(targets=["w_x"]), ValueError, "targets: 'w_x' matches no nn.Linear"),
+        (dict(targets=["self_attn"]), ValueError, "MultiHeadAttention"),
+        (dict(targets=[]), TypeError, "targets"),
+        (dict(targets=["lm_head"]), ValueError, "tied"),
+        (dict(targets=["w_k"], dropout=0.1), ValueError, "dropout must be 0"),
+    ],
+)
+def test_bad_lora_settings_name_the_argument(kwargs: dict, error: type, match: str) -> None:
+    from transformer_lab.gpt import GPT, GPTConfig
+
+    model = GPT(GPTConfig(vocab_size=20, block_size=8, d_model=16, n_heads=2, n_layers=1))  # tied head
+    settings = dict(targets=["w_q"], rank=2, alpha=4.0, dropout=0.0) | kwargs
+    with pytest.raises(error, match=match):
+        ft.apply_lora(model, settings.pop("targets"), **settings)
+    assert not ft.lora_modules(model) and all(p.requires_grad for p in model.parameters())  # left unchanged
+
+
+def test_lora_twice_on_one_layer_is_refused() -> None:
+    from transformer_lab.gpt import GPT, GPTConfig
+
+    model = GPT(GPTConfig(vocab_size=20, block_size=8, d_model=16, n_heads=2, n_layers=1))
+    ft.apply_lora(model, ["w_q"], rank=2)
+    with pytest.raises(ValueError, match="already has LoRA"):
+        ft.apply_lora(model, ["w_q"], rank=2)
+    with pytest.raises(ValueError, match="no LoRA layers"):
+        ft.merge_lora(GPT(GPTConfig(vocab_size=20, block_size=8, d_model=16, n_heads=2, n_layers=1)))
+
+
+# ---------------------------------------------------------------- equal to Hugging Face PEFT
+
+
+@pytest.mark.parametrize("layout", ["halves", "pairs"])
+def test_lora_logits_and_gradients_equal_peft(layout: str) -> None:
+    """The same A and B (B random) in PEFT's LoraConfig on a Llama and in ours on the GPT read from it: float64
+    logits and the gradients of every A and B equal to 1e-10; in the pairs layout B's q and k rows permuted."""
+    reference = llama()
+    theirs = peft_model(reference)
+    ours = ours_from(reference, layout)
+    filled = ft.load_peft_lora(ours, theirs.state_dict())
+    assert len(filled) == 2 * len(OUR_TARGETS)
+    idx = tokens(2, LENGTH)
+    weights = torch.randn(2, LENGTH, V, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    expected = theirs(idx).logits
+    (expected * weights).sum().backward()
+    logits = ours(idx)
+    (logits * weights).sum().backward()
+    torch.testing.assert_close(logits, expected, **TOL)
+    mine = ft.lora_modules(ours)
+    d_k = ours.config.d_k
+    compared = 0
+    for name, p in theirs.named_parameters():
+        if "lora_" not in name:
+            assert p.grad is None or not p.requires_grad  # PEFT freezes the base too
+            continue
+        i, theirs_name = name.split("layers.")[1].split(".", 1)
+        module = theirs_name.split(".lora_")[0]
+        which = "lora_A" if ".lora_A." in name else "lora_B"
+        layer = mine[f"layers.{i}.{hf._LAYER_NAMES[module]}"]
+        grad = p.grad
+        if layout == "pairs" and which == "lora_B" and module in ("self_attn.q_proj", "self_attn.k_proj"):
+            heads = 4 if module == "self_attn.q_proj" else 2
+            grad = hf._halves_to_pairs(grad, heads, d_k)
+        torch.testing.assert_close(getattr(layer, which).grad, grad, **TOL)
+        compared += 1
+    assert compared == 4 * len(OUR_TARGETS)  # 2 layers x targets x (A, B)
+
+
+def test_pairs_layout_needs_bs_rows_permuted() -> None:
+    """Copying PEFT's B into the pairs-layout GPT unpermuted gives another model: the permutation matters."""
+    reference = llama()
+    theirs = peft_model(reference)
+    ours = ours_from(reference, "pairs")
+    ft.load_peft_lora(ours, theirs.state_dict())
+    idx = tokens(1, LENGTH)
+    with torch.no_grad():
+        expected = theirs(idx).logits
+        torch.testing.assert_close(ours(idx), expected, **TOL)
+        q = ft.lora_modules(ours)["layers.0.self_attn.w_q"]
+        unpermuted = dict(theirs.named_parameters())[
+            "base_model.model.model.layers.0.self_attn.q_proj.lora_B.default.weight"
+        ]
+        assert not torch.equal(q.lora_B, unpermuted)
+        q.lora_B.copy_(unpermuted)
+        assert (ours(idx) - expected).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("layout", ["halves", "pairs"])
+def test_merged_weights_equal_peft_merge_and_unload(layout: str) -> None:
+    """Our merged GPT holds the weights of PEFT's `merge_and_unload` read by `from_hf` (which permutes them in the
+    pairs layout), to 1e-12; and the merged model computes the unmerged one's logits."""
+    reference = llama()
+    theirs = peft_model(reference)
+    ours = ours_from(reference, layout)
+    ft.load_peft_lora(ours, theirs.state_dict())
+    idx = tokens(2, LENGTH)
+    with torch.no_grad():
+        unmerged = ours(idx)
+    merged = theirs.merge_and_unload()
+    expected = hf.from_hf(merged.state_dict(), merged.config, rope_layout=layout, hf_float32=True).state_dict()
+    ft.unload_lora(ours)
+    got = ours.state_dict()
+    assert got.keys() == expected.keys()
+    for key in got:
+        torch.testing.assert_close(got[key], expected[key], rtol=1e-12, atol=1e-12, msg=key)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(idx), unmerged, **TOL)
+        torch.testing.assert_close(ours(idx), merged(idx).logits, **TOL)
+
+
+def test_load_peft_lora_refuses_an_adapter_that_does_not_fit() -> None:
+    reference = llama()
+    theirs = peft_model(reference)
+    ours = hf.from_hf(reference.state_dict(), reference.config, hf_float32=True)
+    ft.apply_lora(ours, ["w_q"], rank=4, alpha=8)
+    with pytest.raises(ValueError, match="no LoRA on"):
+        ft.load_peft_lora(ours, theirs.state_dict())
+    other = hf.from_hf(reference.state_dict(), reference.config, hf_float32=True)
+    ft.apply_lora(other, OUR_TARGETS, rank=2, alpha=8)
+    with pytest.raises(ValueError, match="rank"):
+        ft.load_peft_lora(other, theirs.state_dict())
