@@ -307,3 +307,122 @@ def test_load_peft_lora_refuses_an_adapter_that_does_not_fit() -> None:
     ft.apply_lora(other, OUR_TARGETS, rank=2, alpha=8)
     with pytest.raises(ValueError, match="rank"):
         ft.load_peft_lora(other, theirs.state_dict())
+
+
+# ---------------------------------------------------------------- the SFT format, the grown vocabulary, the masked loss
+
+
+def tang():  # noqa: ANN201 - (GPT, TextTokenizer)
+    from transformer_lab.data import ASSETS
+    from transformer_lab.gpt_training import load_gpt
+
+    return load_gpt(ASSETS / "gpt_tang.pt")
+
+
+def test_format_encodes_prompt_and_response_and_masks_the_prompt() -> None:
+    from transformer_lab.data import TextTokenizer
+
+    tokenizer = TextTokenizer("，。山水风月")
+    fmt = ft.SFTFormat(base_vocab=tokenizer.vocab_size)
+    assert (fmt.prompt_id, fmt.response_id, fmt.end_id, fmt.vocab_size) == (6, 7, 8, 9)
+    inputs, targets, mask = fmt.encode(tokenizer, "山水", "风月。")
+    full = [6, 2, 3, 7, 4, 5, 1, 8]  # <|prompt|> 山 水 <|response|> 风 月 。 <|end|>
+    assert inputs.tolist() == full[:-1] and targets.tolist() == full[1:]
+    # the targets 风 月 。 <|end|> are learned; 山 水 <|response|> (given by the prompt) are not
+    assert mask.tolist() == [False, False, False, True, True, True, True]
+    assert fmt.prompt_ids(tokenizer, "山水") == [6, 2, 3, 7]
+    assert fmt.decode_response(tokenizer, [4, 5, 1, 8, 2, 2]) == "风月。"
+    x, y, m = fmt.batch(tokenizer, [("山", "风。"), ("山水风", "月")])
+    assert x.shape == y.shape == m.shape == (2, 6)
+    assert m.tolist() == [[False, False, True, True, True, False], [False, False, False, False, True, True]]
+    assert ft.SFTFormat.from_dict(fmt.to_dict()) == fmt
+    with pytest.raises(ValueError, match="base_vocab"):
+        fmt.encode(TextTokenizer("山水"), "山", "水")
+    with pytest.raises(ValueError, match="markers"):
+        fmt.decode_response(tokenizer, [4, 6, 5])
+    with pytest.raises(ValueError, match="base_vocab"):
+        ft.SFTFormat(base_vocab=0)
+
+
+def test_added_tokens_start_at_the_mean_row_and_change_no_old_prediction() -> None:
+    """On chapter 10's trained Tang model (tied head): 3 rows more, each the mean row; the old tokens' logits are
+    unchanged, each new token's logit is the mean of the old ones, so its probability is at most 1 / V."""
+    model, tokenizer = tang()
+    model = model.double()
+    size = model.config.vocab_size
+    grown = ft.add_special_tokens(model, 3)
+    assert model.config.vocab_size == size and model.token_embedding.weight.shape[0] == size  # the input untouched
+    assert grown.config.vocab_size == size + 3 and grown.lm_head.weight is grown.token_embedding.weight
+    mean = model.token_embedding.weight.mean(0)
+    for row in grown.token_embedding.weight[size:]:
+        torch.testing.assert_close(row, mean)
+    idx = tokenizer.encode("春眠不觉晓，处处闻啼鸟。")[None]
+    with torch.no_grad():
+        old, new = model(idx), grown(idx)
+    torch.testing.assert_close(new[..., :size], old, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(new[..., size:], old.mean(-1, keepdim=True).expand(-1, -1, 3), rtol=1e-12, atol=1e-12)
+    probabilities = new.softmax(-1)
+    assert (probabilities[..., size:] <= 1 / size).all()
+    torch.testing.assert_close(probabilities[..., :size] / probabilities[..., :size].sum(-1, keepdim=True),
+                               old.softmax(-1))  # fmt: skip
+    # the new ids are valid input
+    fmt = ft.SFTFormat(base_vocab=size)
+    prompt = torch.tensor([fmt.prompt_ids(tokenizer, "春夏秋冬")])
+    assert grown.generate(prompt, 5, temperature=0).shape == (1, 11)
+
+
+def test_added_tokens_grow_an_untied_head_too() -> None:
+    from transformer_lab.gpt import GPT, GPTConfig
+
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=30, block_size=8, d_model=16, n_heads=2, n_layers=1, tie_embeddings=False))
+    grown = ft.add_special_tokens(model, 2)
+    assert grown.lm_head.weight is not grown.token_embedding.weight
+    assert grown.lm_head.weight.shape == (32, 16)
+    torch.testing.assert_close(grown.lm_head.weight[30], model.lm_head.weight.mean(0))
+    torch.testing.assert_close(grown.token_embedding.weight[31], model.token_embedding.weight.mean(0))
+    assert torch.equal(grown.lm_head.weight[:30], model.lm_head.weight)
+    with pytest.raises(ValueError, match="count"):
+        ft.add_special_tokens(model, 0)
+
+
+def hand_response_loss(logits: torch.Tensor, targets: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Written out: -log softmax(logits)[target] at every response position, summed, over their count."""
+    total, count = torch.zeros((), dtype=logits.dtype), 0
+    for b in range(logits.shape[0]):
+        for t in range(logits.shape[1]):
+            if mask[b, t]:
+                row = logits[b, t]
+                total = total - (row[targets[b, t]] - torch.log(torch.exp(row).sum()))
+                count += 1
+    return total / count
+
+
+def test_response_loss_is_the_hand_written_one_and_ignores_the_prompt() -> None:
+    """Through the grown Tang model: the loss equals the loop above (float64), and the gradient reaching the logits
+    is exactly zero at every prompt (and padding) position, not zero at the response ones."""
+    model, tokenizer = tang()
+    grown = ft.add_special_tokens(model.double(), 3)
+    fmt = ft.SFTFormat(base_vocab=model.config.vocab_size)
+    inputs, targets, mask = fmt.batch(tokenizer, [("春夏秋冬", "春风吹柳绿，"), ("山", "山高月小。")])
+    logits = grown(inputs)
+    logits.retain_grad()
+    loss = ft.response_loss(logits, targets, mask)
+    torch.testing.assert_close(loss, hand_response_loss(logits, targets, mask), rtol=1e-12, atol=1e-12)
+    loss.backward()
+    assert torch.count_nonzero(logits.grad[~mask]) == 0
+    assert (logits.grad[mask].abs().sum(-1) > 0).all()
+    # a loss over all positions would differ: the mask does something
+    everything = torch.ones_like(mask)
+    assert not torch.isclose(ft.response_loss(logits.detach(), targets, everything), loss.detach())
+
+
+def test_response_loss_refuses_bad_input() -> None:
+    logits = torch.randn(2, 3, 5)
+    targets = torch.zeros(2, 3, dtype=torch.long)
+    with pytest.raises(ValueError, match="no True"):
+        ft.response_loss(logits, targets, torch.zeros(2, 3, dtype=torch.bool))
+    with pytest.raises(ValueError, match="mask"):
+        ft.response_loss(logits, targets, torch.ones(2, 3))
+    with pytest.raises(ValueError, match="targets"):
+        ft.response_loss(logits, targets[:, :2], torch.ones(2, 3, dtype=torch.bool))

@@ -5,6 +5,9 @@ policy gradient, and rewards a program checks.
     apply_lora(model, targets, ...)            wrap the named nn.Linear layers, freeze everything else
     merge_lora / unmerge_lora / unload_lora    fold B A into the weights (and back; or drop the wrappers)
     load_peft_lora(model, state_dict)          a Hugging Face PEFT adapter's A and B into a `from_hf` GPT
+    SFTFormat                                  <|prompt|> prompt <|response|> response <|end|>, as token ids
+    add_special_tokens(model, n)               a copy of a trained GPT with n more tokens (rows: the mean row)
+    response_loss(logits, targets, mask)       cross-entropy over the response tokens only
 
 Shape legend: B batch, T length, D d_model, V vocabulary size, r LoRA's rank, G samples per prompt (a group),
 P prompts.
@@ -12,9 +15,13 @@ P prompts.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import math
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -31,6 +38,9 @@ __all__ = [
     "unmerge_lora",
     "unload_lora",
     "load_peft_lora",
+    "SFTFormat",
+    "add_special_tokens",
+    "response_loss",
 ]
 
 
@@ -326,3 +336,187 @@ def load_peft_lora(model: nn.Module, state_dict: Mapping[str, Tensor]) -> list[s
     if missing:
         raise ValueError(f"state_dict holds no A or B for {missing[:4]} ({len(missing)} in all)")
     return sorted({f.rsplit(".", 1)[0] for f in filled})
+
+
+# ---------------------------------------------------------------- the prompt / response format of SFT
+
+
+@dataclass(frozen=True)
+class SFTFormat:
+    """How a prompt and its response become one token sequence for supervised fine-tuning (chapter 13).
+
+        <|prompt|> prompt <|response|> response <|end|>
+
+    The three markers are new tokens, appended after a trained model's vocabulary: ids base_vocab,
+    base_vocab + 1, base_vocab + 2 (`add_special_tokens` grows the model to match). The text between them is
+    encoded by the base model's own tokenizer. Training predicts only the response and <|end|> (`encode`'s
+    mask): the prompt is given, not learned. At sampling time the model is fed "<|prompt|> prompt <|response|>"
+    and stops at <|end|>. The format travels with a checkpoint as `to_dict()`.
+
+    Args:
+        base_vocab: the base tokenizer's vocabulary size.
+        tokens: the markers' names (shown in decoded text), in the order prompt, response, end.
+    """
+
+    base_vocab: int
+    tokens: tuple[str, str, str] = ("<|prompt|>", "<|response|>", "<|end|>")
+
+    def __post_init__(self) -> None:
+        if isinstance(self.base_vocab, bool) or not isinstance(self.base_vocab, int) or self.base_vocab <= 0:
+            raise ValueError(
+                f"base_vocab must be a positive int (the base tokenizer's vocab_size), got {self.base_vocab!r}"
+            )
+        tokens = tuple(self.tokens) if isinstance(self.tokens, (list, tuple)) else self.tokens
+        if not isinstance(tokens, tuple) or len(tokens) != 3 or not all(isinstance(t, str) and t for t in tokens):
+            raise ValueError(f"tokens must be three non-empty names (prompt, response, end), got {self.tokens!r}")
+        if len(set(tokens)) != 3:
+            raise ValueError(f"tokens must be three different names, got {tokens!r}")
+        object.__setattr__(self, "tokens", tokens)
+
+    @property
+    def prompt_id(self) -> int:
+        return self.base_vocab
+
+    @property
+    def response_id(self) -> int:
+        return self.base_vocab + 1
+
+    @property
+    def end_id(self) -> int:
+        return self.base_vocab + 2
+
+    @property
+    def vocab_size(self) -> int:
+        """The grown vocabulary: the base's and the three markers."""
+        return self.base_vocab + 3
+
+    def _text_ids(self, name: str, tokenizer: Any, text: object) -> list[int]:
+        if not isinstance(text, str):
+            raise TypeError(f"{name} must be a str, got {type(text).__name__}")
+        if getattr(tokenizer, "vocab_size", None) != self.base_vocab:
+            raise ValueError(
+                f"the tokenizer has {getattr(tokenizer, 'vocab_size', None)} tokens, the format was made for "
+                f"base_vocab={self.base_vocab}: use the base model's own tokenizer"
+            )
+        ids = tokenizer.encode(text)
+        return ids.tolist() if isinstance(ids, Tensor) else list(ids)
+
+    def prompt_ids(self, tokenizer: Any, prompt: str) -> list[int]:
+        """What sampling starts from: <|prompt|> prompt <|response|>."""
+        return [self.prompt_id, *self._text_ids("prompt", tokenizer, prompt), self.response_id]
+
+    def encode(self, tokenizer: Any, prompt: str, response: str) -> tuple[Tensor, Tensor, Tensor]:
+        """One example as (inputs, targets, mask) for next-token training.
+
+        Returns:
+            inputs (T,) and targets (T,) = the sequence without its last / first token, and mask (T,) bool, True
+            where the target is a response token or <|end|>: the positions the loss counts.
+        """
+        head = self.prompt_ids(tokenizer, prompt)
+        tail = [*self._text_ids("response", tokenizer, response), self.end_id]
+        ids = torch.tensor(head + tail)  # (T + 1,)
+        mask = torch.zeros(len(ids) - 1, dtype=torch.bool)  # (T,)
+        mask[len(head) - 1 :] = True  # target t is ids[t + 1]: the first response token is predicted at len(head) - 1
+        return ids[:-1], ids[1:], mask
+
+    def batch(self, tokenizer: Any, pairs: Sequence[tuple[str, str]]) -> tuple[Tensor, Tensor, Tensor]:
+        """Several (prompt, response) pairs padded on the right to one length: (B, T) inputs, targets, mask.
+        Padding is <|end|> with mask False (never counted)."""
+        if not isinstance(pairs, Sequence) or not pairs:
+            raise ValueError("pairs must be a non-empty list of (prompt, response) strings")
+        rows = [self.encode(tokenizer, *pair) for pair in pairs]
+        length = max(len(x) for x, _, _ in rows)
+        inputs = torch.full((len(rows), length), self.end_id)  # (B, T)
+        targets = torch.full((len(rows), length), self.end_id)  # (B, T)
+        mask = torch.zeros((len(rows), length), dtype=torch.bool)  # (B, T)
+        for i, (x, y, m) in enumerate(rows):
+            inputs[i, : len(x)], targets[i, : len(y)], mask[i, : len(m)] = x, y, m
+        return inputs, targets, mask
+
+    def decode_response(self, tokenizer: Any, ids: Sequence[int] | Tensor) -> str:
+        """The text of sampled response ids, up to (without) the first <|end|>; a marker inside is an error."""
+        ids = ids.tolist() if isinstance(ids, Tensor) else list(ids)
+        if self.end_id in ids:
+            ids = ids[: ids.index(self.end_id)]
+        stray = [i for i in ids if i >= self.base_vocab]
+        if stray:
+            names = [self.tokens[i - self.base_vocab] if i < self.vocab_size else str(i) for i in stray]
+            raise ValueError(f"the response holds markers before <|end|>: {names[:3]}")
+        return tokenizer.decode(ids)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for a checkpoint."""
+        return {"base_vocab": self.base_vocab, "tokens": list(self.tokens)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SFTFormat:
+        if not isinstance(data, Mapping) or "base_vocab" not in data:
+            raise ValueError(f"an SFT format must be a dict with base_vocab and tokens, got {data!r}")
+        return cls(
+            base_vocab=data["base_vocab"], tokens=tuple(data.get("tokens", cls.__dataclass_fields__["tokens"].default))
+        )
+
+
+@torch.no_grad()
+def add_special_tokens(model: nn.Module, count: int = 3) -> nn.Module:
+    """A copy of a trained GPT with `count` more tokens, ids V .. V + count - 1 (chapter 13).
+
+    The token embedding grows by `count` rows; an untied head grows too (a tied one is the same matrix). Each new
+    row is the MEAN of the existing rows (embedding and head alike), as Hewitt (2021, "Initializing new word
+    embeddings for pretrained language models") proposes and Hugging Face's `resize_token_embeddings` does by
+    default (`mean_resizing`, there with a little noise added). Why the mean: a new token's logit is then
+    h . mean(w_i) = mean(h . w_i), the MEAN of the existing logits, and by Jensen's inequality
+    exp(mean logit) <= mean(exp logit), so each new token starts with at most the average probability 1 / V
+    and the old tokens keep their ratios: the fine-tuning starts from the trained model's own predictions,
+    nearly unchanged. A random row (GPT-2's N(0, 0.02^2)) or a zero row gives logits unrelated to the trained
+    scale, which can be far above the others and then dominate every prediction until trained away; as an input,
+    the mean row sits in the middle of the embeddings the layers were trained on.
+
+    Returns:
+        a new GPT (the model is not changed), config.vocab_size = V + count, in the model's dtype and mode.
+    """
+    from transformer_lab.gpt import GPT
+
+    if not isinstance(model, GPT):
+        raise TypeError(f"model must be a tl.gpt.GPT, got {type(model).__name__}")
+    if isinstance(count, bool) or not isinstance(count, int) or count <= 0:
+        raise ValueError(f"count must be a positive int (how many tokens to add), got {count!r}")
+    if lora_modules(model):
+        raise ValueError("model has LoRA layers: add the special tokens before apply_lora")
+    grown = copy.deepcopy(model)
+    config = dataclasses.replace(model.config, vocab_size=model.config.vocab_size + count)
+    old = model.token_embedding.weight  # (V, D)
+    embedding = nn.Embedding(config.vocab_size, config.d_model, dtype=old.dtype, device=old.device)
+    embedding.weight.copy_(torch.cat([old, old.mean(0, keepdim=True).expand(count, -1)]))  # (V + count, D)
+    grown.token_embedding = embedding
+    if config.tie_embeddings:
+        grown.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False, dtype=old.dtype, device=old.device)
+        grown.lm_head.weight = embedding.weight
+    else:
+        head = model.lm_head.weight  # (V, D)
+        grown.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False, dtype=head.dtype, device=head.device)
+        grown.lm_head.weight.copy_(torch.cat([head, head.mean(0, keepdim=True).expand(count, -1)]))
+    grown.config = config
+    return grown
+
+
+def response_loss(logits: Tensor, targets: Tensor, mask: Tensor) -> Tensor:
+    """The mean cross-entropy over the response positions only (chapter 13's SFT loss).
+
+    sum over positions with mask True of -log p(target) / the number of such positions, across the whole batch
+    (every response token weighs the same, as nanochat's SFT, whose ignored targets are -1, does). Prompt
+    positions and padding contribute nothing, so their logits get a zero gradient.
+
+    Shape:
+        logits (B, T, V), targets (B, T) int, mask (B, T) bool -> a scalar.
+    """
+    if not isinstance(logits, Tensor) or logits.dim() != 3:
+        raise ValueError(f"logits must be a (B, T, V) tensor, got {getattr(logits, 'shape', type(logits).__name__)}")
+    if not isinstance(targets, Tensor) or targets.shape != logits.shape[:2] or targets.is_floating_point():
+        raise ValueError(f"targets must be a (B, T) = {tuple(logits.shape[:2])} integer tensor of token ids")
+    if not isinstance(mask, Tensor) or mask.shape != logits.shape[:2] or mask.dtype != torch.bool:
+        raise ValueError(f"mask must be a (B, T) = {tuple(logits.shape[:2])} bool tensor (True: a response token)")
+    if not mask.any():
+        raise ValueError("mask has no True position: there is no response token to learn")
+    # Only the response positions enter the loss at all: (M, V) logits and (M,) targets, M = mask.sum().
+    return F.cross_entropy(logits[mask], targets[mask], reduction="sum") / mask.sum()
