@@ -10,6 +10,7 @@ without them locally and fail under CI (tests/support.py).
 from __future__ import annotations
 
 import importlib.util
+import math
 
 import pytest
 import torch
@@ -426,3 +427,130 @@ def test_response_loss_refuses_bad_input() -> None:
         ft.response_loss(logits, targets, torch.ones(2, 3))
     with pytest.raises(ValueError, match="targets"):
         ft.response_loss(logits, targets[:, :2], torch.ones(2, 3, dtype=torch.bool))
+
+
+# ---------------------------------------------------------------- the group-relative policy gradient
+
+
+def direct_objective(logp, rewards, mask, z_score, old=None, clip=None, ref=None, beta=0.0):  # noqa: ANN001, ANN201
+    """The chapter's objective written out with loops over prompts, samples and tokens (float64): the
+    advantage from the group's mean (and unbiased std + 1e-4), the on-policy or clipped term, the k3 KL, the sum
+    over response tokens divided by their number; the loss is its negative."""
+    prompts, group, length = logp.shape
+    total, count = torch.zeros((), dtype=torch.float64), 0
+    for p in range(prompts):
+        mean = sum(float(rewards[p, g]) for g in range(group)) / group
+        std = math.sqrt(sum((float(rewards[p, g]) - mean) ** 2 for g in range(group)) / (group - 1))
+        for g in range(group):
+            advantage = float(rewards[p, g]) - mean
+            if z_score:
+                advantage /= std + 1e-4
+            for t in range(length):
+                if not mask[p, g, t]:
+                    continue
+                if clip is None:
+                    term = logp[p, g, t] * advantage
+                else:
+                    ratio = torch.exp(logp[p, g, t] - old[p, g, t])
+                    value = ratio.item()
+                    if value * advantage <= min(max(value, 1 - clip), 1 + clip) * advantage:
+                        term = ratio * advantage  # the unclipped term is the smaller: it carries the gradient
+                    else:
+                        term = torch.tensor(min(max(value, 1 - clip), 1 + clip) * advantage, dtype=torch.float64)
+                if beta > 0:
+                    r = ref[p, g, t] - logp[p, g, t]
+                    term = term - beta * (torch.exp(r) - r - 1)
+                total = total + term
+                count += 1
+    return -total / count
+
+
+def rl_batch(seed: int = 0):  # noqa: ANN201
+    """3 prompts x 4 samples x 6 tokens: log-probs (a leaf), rewards with one tied group, ragged masks."""
+    g = torch.Generator().manual_seed(seed)
+    logp = (-2 * torch.rand(3, 4, 6, generator=g, dtype=torch.float64)).requires_grad_()
+    rewards = torch.rand(3, 4, generator=g, dtype=torch.float64)
+    rewards[1] = 0.5  # a group whose samples all score the same: advantage 0
+    lengths = torch.randint(1, 7, (3, 4), generator=g)
+    mask = torch.arange(6) < lengths.unsqueeze(-1)  # (3, 4, 6)
+    old = (logp + 0.4 * torch.randn(3, 4, 6, generator=g, dtype=torch.float64)).detach()
+    ref = (logp + 0.3 * torch.randn(3, 4, 6, generator=g, dtype=torch.float64)).detach()
+    return logp, rewards, mask, old, ref
+
+
+@pytest.mark.parametrize("z_score", [False, True])
+@pytest.mark.parametrize("clip", [None, 0.2])
+@pytest.mark.parametrize("beta", [0.0, 0.1])
+def test_policy_gradient_loss_equals_the_direct_implementation(z_score: bool, clip: float | None, beta: float) -> None:
+    """Every combination of the switches: the loss and its gradient in the log-probs equal the loops above."""
+    logp, rewards, mask, old, ref = rl_batch()
+    kwargs = dict(z_score=z_score, kl_coef=beta, ref_logprobs=ref if beta else None)
+    if clip is not None:
+        kwargs |= dict(clip=clip, old_logprobs=old)
+    loss = ft.policy_gradient_loss(logp, rewards, mask, **kwargs)
+    (grad,) = torch.autograd.grad(loss, logp)
+    expected = direct_objective(logp, rewards, mask, z_score, old, clip, ref, beta)
+    (expected_grad,) = torch.autograd.grad(expected, logp)
+    torch.testing.assert_close(loss, expected, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(grad, expected_grad, rtol=1e-12, atol=1e-12)
+    assert torch.count_nonzero(grad[~mask]) == 0
+    if beta == 0:
+        assert torch.count_nonzero(grad[1]) == 0  # the tied group teaches nothing
+    if clip is not None:  # some ratios are clipped here, so the switch is exercised
+        ratio = torch.exp(logp - old)
+        assert ((ratio[mask] > 1 + clip) | (ratio[mask] < 1 - clip)).any()
+
+
+def test_default_objective_is_reinforce_with_the_group_mean_per_token() -> None:
+    """Without switches: -(sum of log p times (reward - group mean)) / number of response tokens (nanochat)."""
+    logp, rewards, mask, _, _ = rl_batch(1)
+    advantage = rewards - rewards.mean(1, keepdim=True)
+    expected = -(logp * advantage[..., None] * mask).sum() / mask.sum()
+    torch.testing.assert_close(ft.policy_gradient_loss(logp, rewards, mask), expected, rtol=1e-14, atol=1e-14)
+    torch.testing.assert_close(ft.group_advantages(rewards), advantage)
+    z = ft.group_advantages(rewards, z_score=True)
+    torch.testing.assert_close(z[0], advantage[0] / (rewards[0].std() + ft.STD_EPS))
+    # the token-level normalisation is not GRPO's per-sample mean: with ragged lengths they differ
+    per_sample = -((logp * advantage[..., None] * mask).sum(-1) / mask.sum(-1)).mean()
+    assert not torch.isclose(ft.policy_gradient_loss(logp, rewards, mask), per_sample)
+
+
+def test_token_logprobs_are_log_softmax_at_the_targets() -> None:
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(2, 3, 5, 7, generator=g, dtype=torch.float64)
+    targets = torch.randint(0, 7, (2, 3, 5), generator=g)
+    got = ft.token_logprobs(logits, targets)
+    for index in torch.cartesian_prod(torch.arange(2), torch.arange(3), torch.arange(5)):
+        i, j, t = index.tolist()
+        row = logits[i, j, t]
+        assert math.isclose(got[i, j, t], row[targets[i, j, t]] - math.log(row.exp().sum()), rel_tol=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        (dict(clip=0.2), "old_logprobs and clip go together"),
+        (dict(clip=1.5, old_logprobs=torch.zeros(3, 4, 6, dtype=torch.float64)), "clip must be"),
+        (dict(kl_coef=0.1), "needs ref_logprobs"),
+        (dict(kl_coef=-1.0), "kl_coef must be"),
+        (dict(ref_logprobs=torch.zeros(3, 4), kl_coef=0.1), "ref_logprobs must have"),
+    ],
+)
+def test_policy_gradient_loss_refuses_bad_switches(kwargs: dict, match: str) -> None:
+    logp, rewards, mask, _, _ = rl_batch()
+    with pytest.raises(ValueError, match=match):
+        ft.policy_gradient_loss(logp, rewards, mask, **kwargs)
+
+
+def test_policy_gradient_loss_refuses_bad_shapes() -> None:
+    logp, rewards, mask, _, _ = rl_batch()
+    with pytest.raises(ValueError, match="rewards must be a \\(P, G\\)"):
+        ft.policy_gradient_loss(logp, rewards.flatten(), mask)
+    with pytest.raises(ValueError, match="mask must be"):
+        ft.policy_gradient_loss(logp, rewards, mask.double())
+    with pytest.raises(ValueError, match="logprobs must be"):
+        ft.policy_gradient_loss(logp[0], rewards, mask)
+    with pytest.raises(ValueError, match="no True"):
+        ft.policy_gradient_loss(logp, rewards, torch.zeros_like(mask))
+    with pytest.raises(ValueError, match="at least 2 samples"):
+        ft.group_advantages(rewards[:, :1], z_score=True)

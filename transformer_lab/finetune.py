@@ -8,6 +8,9 @@ policy gradient, and rewards a program checks.
     SFTFormat                                  <|prompt|> prompt <|response|> response <|end|>, as token ids
     add_special_tokens(model, n)               a copy of a trained GPT with n more tokens (rows: the mean row)
     response_loss(logits, targets, mask)       cross-entropy over the response tokens only
+    token_logprobs(logits, targets)            log p(target) at every position
+    group_advantages(rewards, z_score)         reward minus its group's mean (divided by the group's std)
+    policy_gradient_loss(...)                  the group-relative policy gradient objective, token-level
 
 Shape legend: B batch, T length, D d_model, V vocabulary size, r LoRA's rank, G samples per prompt (a group),
 P prompts.
@@ -41,6 +44,9 @@ __all__ = [
     "SFTFormat",
     "add_special_tokens",
     "response_loss",
+    "token_logprobs",
+    "group_advantages",
+    "policy_gradient_loss",
 ]
 
 
@@ -520,3 +526,136 @@ def response_loss(logits: Tensor, targets: Tensor, mask: Tensor) -> Tensor:
         raise ValueError("mask has no True position: there is no response token to learn")
     # Only the response positions enter the loss at all: (M, V) logits and (M,) targets, M = mask.sum().
     return F.cross_entropy(logits[mask], targets[mask], reduction="sum") / mask.sum()
+
+
+# ---------------------------------------------------------------- RL: a group-relative policy gradient
+
+
+def token_logprobs(logits: Tensor, targets: Tensor) -> Tensor:
+    """log p(target) under the logits at every position: log_softmax, then the target's entry.
+
+    Shape:
+        logits (..., T, V), targets (..., T) -> (..., T).
+    """
+    if not isinstance(logits, Tensor) or not isinstance(targets, Tensor) or logits.shape[:-1] != targets.shape:
+        raise ValueError(
+            f"logits (..., T, V) and targets (..., T) must agree, got {getattr(logits, 'shape', None)} and "
+            f"{getattr(targets, 'shape', None)}"
+        )
+    return logits.log_softmax(-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (..., T)
+
+
+#: Added to the group's standard deviation before dividing by it (`z_score`), as TRL's GRPOTrainer does.
+STD_EPS = 1e-4
+
+
+def group_advantages(rewards: Tensor, z_score: bool = False) -> Tensor:
+    """Each sample's advantage: its reward minus the mean reward of its group (the samples of one prompt).
+
+    The group's mean is the baseline: no value network (GRPO's point). With `z_score` the difference is also
+    divided by the group's standard deviation (the unbiased one, + `STD_EPS`), as GRPO (Shao et al. 2024) does;
+    without, as nanochat and Dr. GRPO (Liu et al. 2025) do, arguing that the division over-weights groups whose
+    rewards hardly differ. A group whose samples all have the same reward gets advantage 0 either way: it
+    teaches nothing.
+
+    Shape:
+        rewards (P, G): P prompts, G samples each -> advantages (P, G).
+    """
+    if not isinstance(rewards, Tensor) or rewards.dim() != 2 or not rewards.is_floating_point():
+        raise ValueError(
+            f"rewards must be a float (P, G) tensor (P prompts, G samples each), got "
+            f"{getattr(rewards, 'shape', type(rewards).__name__)}"
+        )
+    if not isinstance(z_score, bool):
+        raise TypeError(f"z_score must be True or False, got {z_score!r}")
+    if z_score and rewards.shape[1] < 2:
+        raise ValueError(
+            f"z_score needs at least 2 samples per prompt (a standard deviation), got G={rewards.shape[1]}"
+        )
+    advantages = rewards - rewards.mean(1, keepdim=True)  # (P, G)
+    if z_score:
+        advantages = advantages / (rewards.std(1, keepdim=True) + STD_EPS)  # (P, G)
+    return advantages
+
+
+def policy_gradient_loss(
+    logprobs: Tensor,
+    rewards: Tensor,
+    mask: Tensor,
+    *,
+    z_score: bool = False,
+    old_logprobs: Tensor | None = None,
+    clip: float | None = None,
+    ref_logprobs: Tensor | None = None,
+    kl_coef: float = 0.0,
+) -> Tensor:
+    """The loss of a group-relative policy gradient step (chapter 13): minus the objective
+
+        J = (1 / N_tok) sum over every response token (i, t) of the batch of  [ s_it - kl_coef KL_it ]
+
+        s_it = log pi(o_it) A_i                                                  (default: on-policy)
+        s_it = min(rho_it A_i, clip(rho_it, 1 - clip, 1 + clip) A_i),  rho_it = pi(o_it) / pi_old(o_it)   (clip)
+        KL_it = exp(r_it) - r_it - 1,  r_it = log pi_ref(o_it) - log pi(o_it)    (Schulman's k3 estimate, GRPO's)
+
+    with A_i = `group_advantages(rewards, z_score)` and N_tok the number of response tokens in the whole batch.
+
+    The defaults (no z-score, no clip, no KL) are nanochat's RL objective (chat_rl.py, 2025-26): on-policy
+    REINFORCE with the group's mean reward as baseline, every token of the batch weighted the same. That token-
+    level normalisation is DAPO's (Yu et al. 2025): GRPO (Shao et al. 2024) averages over each sample's tokens
+    and then over samples, which gives a long answer's tokens less weight each. With `clip` (and old log-probs
+    from the policy that sampled) it is DAPO's clipped objective with one clip range (DAPO widens the upper
+    one) and no KL; with z_score, clip and kl_coef together it is GRPO's objective with token-level
+    normalisation instead of GRPO's per-sample mean.
+
+    Args:
+        logprobs: log pi(o_it) of the sampled tokens under the policy being trained (with its graph).
+        rewards: each sample's reward.
+        mask: True at the response tokens (the positions that count).
+        z_score: divide the advantages by their group's std (GRPO) or not (nanochat; default).
+        old_logprobs, clip: the sampling policy's log-probs (no gradient) and the clip range epsilon > 0, both
+            or neither (PPO-style; off by default, as on-policy nanochat needs no ratio).
+        ref_logprobs, kl_coef: a reference model's log-probs (the SFT model) and the penalty's weight >= 0;
+            kl_coef > 0 needs ref_logprobs (off by default, as in nanochat).
+
+    Shape:
+        logprobs, mask, old_logprobs, ref_logprobs (P, G, T); rewards (P, G) -> a scalar.
+    """
+    if not isinstance(logprobs, Tensor) or logprobs.dim() != 3 or not logprobs.is_floating_point():
+        raise ValueError(
+            f"logprobs must be a float (P, G, T) tensor (P prompts, G samples, T tokens), got "
+            f"{getattr(logprobs, 'shape', type(logprobs).__name__)}"
+        )
+    if not isinstance(rewards, Tensor) or rewards.shape != logprobs.shape[:2]:
+        raise ValueError(
+            f"rewards must be a (P, G) = {tuple(logprobs.shape[:2])} tensor (one per sample), got "
+            f"{getattr(rewards, 'shape', type(rewards).__name__)}"
+        )
+    if not isinstance(mask, Tensor) or mask.shape != logprobs.shape or mask.dtype != torch.bool:
+        raise ValueError(f"mask must be a bool tensor of logprobs' shape {tuple(logprobs.shape)} (True: response)")
+    if not mask.any():
+        raise ValueError("mask has no True position: there is no response token")
+    if (old_logprobs is None) != (clip is None):
+        raise ValueError(
+            "old_logprobs and clip go together: the clipped ratio needs the sampling policy's log-probs and a "
+            "clip range (e.g. clip=0.2); give both or neither"
+        )
+    if clip is not None and (isinstance(clip, bool) or not isinstance(clip, (int, float)) or not 0 < clip < 1):
+        raise ValueError(f"clip must be a number in (0, 1) (PPO's epsilon, e.g. 0.2), got {clip!r}")
+    if isinstance(kl_coef, bool) or not isinstance(kl_coef, (int, float)) or not kl_coef >= 0:
+        raise ValueError(f"kl_coef must be a number >= 0 (0: no KL penalty), got {kl_coef!r}")
+    if kl_coef > 0 and ref_logprobs is None:
+        raise ValueError("kl_coef > 0 needs ref_logprobs: the reference (SFT) model's log-probs of the same tokens")
+    for name, other in (("old_logprobs", old_logprobs), ("ref_logprobs", ref_logprobs)):
+        if other is not None and (not isinstance(other, Tensor) or other.shape != logprobs.shape):
+            raise ValueError(f"{name} must have logprobs' shape {tuple(logprobs.shape)}")
+    advantages = group_advantages(rewards, z_score).unsqueeze(-1)  # (P, G, 1)
+    if old_logprobs is None:
+        surrogate = logprobs * advantages  # (P, G, T)
+    else:
+        ratio = torch.exp(logprobs - old_logprobs.detach())  # (P, G, T)
+        clipped = ratio.clamp(1 - clip, 1 + clip)  # type: ignore[operator]
+        surrogate = torch.minimum(ratio * advantages, clipped * advantages)  # (P, G, T)
+    if kl_coef > 0:
+        log_ratio = ref_logprobs.detach() - logprobs  # type: ignore[union-attr]  # (P, G, T)
+        surrogate = surrogate - kl_coef * (torch.exp(log_ratio) - log_ratio - 1)
+    return -surrogate[mask].sum() / mask.sum()  # only response tokens enter (padding's values never do)
