@@ -29,8 +29,6 @@ import pytest
 from support import require, share_dependencies
 
 ROOT = Path(__file__).resolve().parents[1]
-CHAPTERS = sorted(p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-CHAPTERS_ZH = sorted(p.name for p in (ROOT / "notebooks" / "zh").glob("[0-9][0-9]_*.ipynb"))
 TOKEN = "course-wheel-test"
 #: PyPI refuses files over 100 MB unless the project asks for more; the course's is far below.
 MAX_WHEEL_MB = 60
@@ -90,30 +88,35 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     (wheel,) = dist.glob("*.whl")
     (sdist,) = dist.glob("*.tar.gz")
-    return {"tmp": tmp, "wheel": wheel, "sdist": sdist}
+    # what is checked is the snapshot built, not notebooks/ now (others may change it meanwhile)
+    course = source / "notebooks"
+    chapters = sorted(p.name for p in course.glob("[0-9][0-9]_*.ipynb"))
+    chapters_zh = sorted(p.name for p in (course / "zh").glob("[0-9][0-9]_*.ipynb"))
+    return {"tmp": tmp, "wheel": wheel, "sdist": sdist, "course": course, "en": chapters, "zh": chapters_zh}
 
 
 def test_the_wheel_and_the_sdist_carry_every_chapter_in_both_languages(built):
-    wheel, sdist = built["wheel"], built["sdist"]
+    wheel, sdist, chapters, chapters_zh = built["wheel"], built["sdist"], built["en"], built["zh"]
+    assert len(chapters) >= 13 and len(chapters_zh) == len(chapters)
     assert wheel.name.startswith("attention_transformer_course-")
     names = set(zipfile.ZipFile(wheel).namelist())
-    for chapter in CHAPTERS:
+    for chapter in chapters:
         assert f"transformer_lab/notebooks/{chapter}" in names
-    for chapter in CHAPTERS_ZH:
+    for chapter in chapters_zh:
         assert f"transformer_lab/notebooks/zh/{chapter}" in names
     assert "transformer_lab/assets/dates_model.pt" in names and "transformer_lab/locale/messages.json" in names
     assert not any("/solutions/" in n for n in names), "the wheel must not carry the solutions"
     root = sdist.name[: -len(".tar.gz")]
     members = set(tarfile.open(sdist).getnames())
-    assert {f"{root}/notebooks/{c}" for c in CHAPTERS} <= members
-    assert {f"{root}/notebooks/zh/{c}" for c in CHAPTERS_ZH} <= members
+    assert {f"{root}/notebooks/{c}" for c in chapters} <= members
+    assert {f"{root}/notebooks/zh/{c}" for c in chapters_zh} <= members
     size = wheel.stat().st_size / 1e6
     print(f"wheel {wheel.name}: {size:.1f} MB; sdist {sdist.stat().st_size / 1e6:.1f} MB")
     assert size < MAX_WHEEL_MB, f"the wheel is {size:.1f} MB"
 
 
 def test_transformer_lab_lab_from_the_installed_wheel(built):
-    tmp = built["tmp"]
+    tmp, course, chapters, chapters_zh = built["tmp"], built["course"], built["en"], built["zh"]
     venv = tmp / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True)
     bin_dir = venv / ("Scripts" if os.name == "nt" else "bin")
@@ -189,7 +192,7 @@ def test_transformer_lab_lab_from_the_installed_wheel(built):
         status, body = get(f"{base}/api/contents?token={TOKEN}")
         assert status == 200
         served = {item["name"] for item in json.loads(body)["content"]}
-        assert set(CHAPTERS) <= served, f"JupyterLab does not serve the working copy: {sorted(served)}"
+        assert set(chapters) <= served, f"JupyterLab does not serve the working copy: {sorted(served)}"
         assert get(f"{base}/lab?token={TOKEN}")[0] == 200
     finally:
         server.terminate()
@@ -200,25 +203,25 @@ def test_transformer_lab_lab_from_the_installed_wheel(built):
             log = server.communicate()[0]
     assert "never overwritten" in log, log[-3000:]
 
-    # every chapter, its exercises blank: the learner edition as the repository has it
-    assert sorted(p.name for p in copy.glob("[0-9][0-9]_*.ipynb")) == CHAPTERS
-    for chapter in CHAPTERS:
+    # every chapter, its exercises blank: the learner edition as the checkout built had it
+    assert sorted(p.name for p in copy.glob("[0-9][0-9]_*.ipynb")) == chapters
+    for chapter in chapters:
         text = (copy / chapter).read_text(encoding="utf-8")
         assert "### BEGIN SOLUTION" not in text, chapter
-        assert (copy / chapter).read_bytes() == (ROOT / "notebooks" / chapter).read_bytes(), chapter
+        assert (copy / chapter).read_bytes() == (course / chapter).read_bytes(), chapter
 
     # the learner's edit survives a second run, also after the course's version changed (an upgrade)
-    mine = copy / CHAPTERS[1]
+    mine = copy / chapters[1]
     mine.write_text(mine.read_text(encoding="utf-8").replace("YOUR CODE HERE", "我的答案"), encoding="utf-8")
     edited = mine.read_bytes()
-    installed = Path(site) / "transformer_lab" / "notebooks" / CHAPTERS[1]
+    installed = Path(site) / "transformer_lab" / "notebooks" / chapters[1]
     installed.write_bytes(installed.read_bytes() + b"\n")
     again = subprocess.run(
         [*command, "--dir", str(copy), *root, "--version"], cwd=away, env=env, capture_output=True, text=True
     )
     assert again.returncode == 0, again.stderr[-3000:]
     assert mine.read_bytes() == edited, "the second run lost the learner's edit"
-    beside = copy / CHAPTERS[1].replace(".ipynb", ".updated.ipynb")
+    beside = copy / chapters[1].replace(".ipynb", ".updated.ipynb")
     assert beside.read_bytes() == installed.read_bytes() and beside.name in again.stdout
 
     # Chinese: the zh/ copy from the wheel, JupyterLab's interface in Chinese from the learner's folder
@@ -230,6 +233,6 @@ def test_transformer_lab_lab_from_the_installed_wheel(built):
         text=True,
     )
     assert zh.returncode == 0, zh.stderr[-3000:]
-    assert sorted(p.name for p in (copy / "zh").glob("[0-9][0-9]_*.ipynb")) == CHAPTERS_ZH
+    assert sorted(p.name for p in (copy / "zh").glob("[0-9][0-9]_*.ipynb")) == chapters_zh
     plugin = copy / ".jupyter-zh" / "user-settings" / "@jupyterlab" / "translation-extension"
     assert json.loads((plugin / "plugin.jupyterlab-settings").read_text(encoding="utf-8")) == {"locale": "zh_CN"}
