@@ -554,3 +554,72 @@ def test_policy_gradient_loss_refuses_bad_shapes() -> None:
         ft.policy_gradient_loss(logp, rewards, torch.zeros_like(mask))
     with pytest.raises(ValueError, match="at least 2 samples"):
         ft.group_advantages(rewards[:, :1], z_score=True)
+
+
+# ---------------------------------------------------------------- the rewards of 藏头诗
+
+JINGYE = "床前明月光，疑是地上霜。举头望明月，低头思故乡。"  # 霜 shuang, 乡 xiang: 唐
+CHUNXIAO = "春眠不觉晓，处处闻啼鸟。夜来风雨声，花落知多少。"  # 鸟 niao, 少 shao: 豪
+NO_RHYME = "春风吹柳绿，夏日照荷红。秋月明如水，冬雪白似银。"  # 红 hong (庚), 银 yin (文)
+
+
+def test_rhyme_classes_follow_the_table() -> None:
+    finals = [f for group in ft.RHYME_TABLE.values() for f in group]
+    assert len(ft.RHYME_TABLE) == 14 and len(finals) == len(set(finals))  # each final in one class
+    cases = {
+        "麻": "麻家花", "波": "波歌多我", "皆": "学月雪", "开": "开怀", "微": "微回", "豪": "豪桥",
+        "尤": "尤流", "寒": "寒天关全", "文": "文心春军", "唐": "唐香光", "庚": "庚星东穷",
+        "齐": "齐衣儿雨居", "支": "支时子日", "姑": "姑湖",
+    }  # fmt: skip
+    for name, chars in cases.items():
+        for char in chars:
+            assert ft.rhyme_class(char) == name, char
+    assert ft.rhyme_class("嗯") is None  # a final outside the table
+    assert ft.rhyme_class("a") is None and ft.rhyme_class("，") is None  # not a Chinese character
+
+
+def test_hand_made_poems_in_form_out_of_form() -> None:
+    for poem in (JINGYE, CHUNXIAO, NO_RHYME):
+        assert ft.in_form(poem)
+    out = [
+        JINGYE[:-1],  # the last mark missing
+        JINGYE + "\n",  # a newline after it
+        "床前明月光。疑是地上霜，举头望明月，低头思故乡。",  # the marks out of order
+        "床前明月光光，疑是地上霜。举头望明月，低头思故乡。",  # six characters in line 1
+        "床前明月光，疑是地上霜。举头望明月。",  # three lines
+        "床前明月a，疑是地上霜。举头望明月，低头思故乡。",  # a Latin letter
+        "床前明月，，疑是地上霜。举头望明月，低头思故乡。",  # a mark inside a line
+        "",
+    ]
+    for poem in out:
+        assert not ft.in_form(poem), poem
+
+
+def test_hand_made_poems_acrostic_and_rhyme() -> None:
+    assert ft.acrostic(NO_RHYME, "春夏秋冬") and ft.acrostic(CHUNXIAO, "春处夜花")
+    assert not ft.acrostic(CHUNXIAO, "春夏秋冬") and not ft.acrostic(JINGYE[:-7], "床疑举低")
+    assert ft.acrostic("春风，夏日长长。秋，冬雪。", "春夏秋冬")  # four lines begin as asked: form is another check
+    assert ft.rhymes(JINGYE) and ft.rhymes(CHUNXIAO)
+    assert not ft.rhymes(NO_RHYME)
+    assert not ft.rhymes("春风吹柳绿，夏日照我时。秋月明如水，冬雪白似衣。")  # 时 (支) and 衣 (齐) differ
+    assert ft.rhymes("春风吹柳绿，夏日照我衣。秋月明如水，冬雪落成泥。")  # 衣 yi, 泥 ni: 齐
+    same = "春风吹柳绿，夏日照我衣。秋月明如水，冬雪白我衣。"
+    assert ft.rhymes(same) and not ft.rhymes(same, distinct=True)  # 重韵
+    assert ft.poem_checks(NO_RHYME, "春夏秋冬") == {"form": True, "acrostic": True, "rhyme": False, "all": False}
+    assert ft.poem_checks(JINGYE, "床疑举低") == {"form": True, "acrostic": True, "rhyme": True, "all": True}
+    assert ft.poem_reward(NO_RHYME, "春夏秋冬") == pytest.approx(2 / 3)
+    assert ft.poem_reward(JINGYE, "床疑举低") == 1.0 and ft.poem_reward("", "床疑举低") == 0.0
+    with pytest.raises(ValueError, match="heads must be four Chinese characters"):
+        ft.acrostic(JINGYE, "床疑举")
+    with pytest.raises(ValueError, match="heads"):
+        ft.poem_reward(JINGYE, "abcd")
+
+
+def test_corpus_rhyme_rate_is_the_documented_figure() -> None:
+    """The share of the Tang corpus's five-character quatrains whose lines 2 and 4 rhyme under the table, as
+    `corpus_rhyme_rate`'s docstring states it (77.7 %; the issue measured 75-83 % for such tables)."""
+    from transformer_lab.data import load_corpus
+
+    rhyming, quatrains = ft.corpus_rhyme_rate(load_corpus("tang"))
+    assert (rhyming, quatrains) == (2868, 3692)
+    assert f"{rhyming:,} of {quatrains:,} quatrains, {100 * rhyming / quatrains:.1f} %" in ft.corpus_rhyme_rate.__doc__
