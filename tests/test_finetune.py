@@ -22,6 +22,8 @@ from transformer_lab import hf
 
 HAS_PEFT = all(importlib.util.find_spec(m) is not None for m in ("transformers", "peft"))
 PEFT_REASON = "transformers and peft are not installed (pip install -r requirements-test.txt)"
+HAS_PYPINYIN = importlib.util.find_spec("pypinyin") is not None
+PYPINYIN_REASON = "pypinyin is not installed (pip install pypinyin)"
 # PEFT calls a transformers method that transformers 5 deprecates; not ours to fix.
 pytestmark = pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")
 V, LENGTH = 61, 24
@@ -564,6 +566,7 @@ NO_RHYME = "春风吹柳绿，夏日照荷红。秋月明如水，冬雪白似�
 
 
 def test_rhyme_classes_follow_the_table() -> None:
+    require(HAS_PYPINYIN, PYPINYIN_REASON)
     finals = [f for group in ft.RHYME_TABLE.values() for f in group]
     assert len(ft.RHYME_TABLE) == 14 and len(finals) == len(set(finals))  # each final in one class
     cases = {
@@ -596,6 +599,7 @@ def test_hand_made_poems_in_form_out_of_form() -> None:
 
 
 def test_hand_made_poems_acrostic_and_rhyme() -> None:
+    require(HAS_PYPINYIN, PYPINYIN_REASON)
     assert ft.acrostic(NO_RHYME, "春夏秋冬") and ft.acrostic(CHUNXIAO, "春处夜花")
     assert not ft.acrostic(CHUNXIAO, "春夏秋冬") and not ft.acrostic(JINGYE[:-7], "床疑举低")
     assert ft.acrostic("春风，夏日长长。秋，冬雪。", "春夏秋冬")  # four lines begin as asked: form is another check
@@ -618,6 +622,7 @@ def test_hand_made_poems_acrostic_and_rhyme() -> None:
 def test_corpus_rhyme_rate_is_the_documented_figure() -> None:
     """The share of the Tang corpus's five-character quatrains whose lines 2 and 4 rhyme under the table, as
     `corpus_rhyme_rate`'s docstring states it (77.7 %; the issue measured 75-83 % for such tables)."""
+    require(HAS_PYPINYIN, PYPINYIN_REASON)
     from transformer_lab.data import load_corpus
 
     rhyming, quatrains = ft.corpus_rhyme_rate(load_corpus("tang"))

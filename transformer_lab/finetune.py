@@ -678,7 +678,8 @@ def policy_gradient_loss(
 
 #: 中华新韵 in its 14-class form (十四韵), as the 中华诗词学会 (Chinese Poetry Society) issued it in 2005
 #: (《中华新韵（十四韵）简表》): each class (named by its representative character) and the pinyin finals it
-#: holds, written as `pypinyin` writes them with strict=True: "v" for ü, "iou" / "uei" / "uen" for iu / ui / un. "-i" is the apical vowel of zhi chi shi ri zi ci si (支), apart from the i of 衣 (齐).
+#: holds, written as `pypinyin` writes them with strict=True: "v" for ü, "iou" / "uei" / "uen" for iu / ui / un.
+#: "-i" is the apical vowel of zhi chi shi ri zi ci si (支), apart from the i of 衣 (齐).
 #: The 18-class form (《诗韵新编》's 十八韵) splits 波 (o / uo) from 歌 (e), 齐 from 儿 (er) and 鱼 (ü), and
 #: 庚 (eng, ing) from 东 (ong, iong).
 RHYME_TABLE: dict[str, tuple[str, ...]] = {
@@ -712,8 +713,12 @@ def rhyme_class(char: str) -> str | None:
     """The class of `RHYME_TABLE` of a character's final, in its most common modern reading (`pypinyin`'s default
     for the character alone; no context, so a polyphonic character always gets the same one), or None for a
     character without a reading or a final outside the table (嗯's "n", say)."""
-    from pypinyin import Style, pinyin
-
+    try:
+        from pypinyin import Style, pinyin
+    except ImportError:
+        raise ImportError(
+            "the rhyme check reads characters' finals with pypinyin, which is not installed: pip install pypinyin"
+        ) from None
     if not isinstance(char, str) or not _is_hanzi(char):
         return None
     finals = pinyin(char, style=Style.FINALS, strict=True, errors="ignore")
