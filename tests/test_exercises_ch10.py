@@ -26,6 +26,61 @@ def test_predicted_parameters_are_the_chapters_gpt() -> None:
     assert sum(p.numel() for p in untied.parameters()) == ex.predict_gpt_parameters.reference() + 65 * 128
 
 
+def _count(model: torch.nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def _chapters_gpt(**changes: object) -> GPT:
+    config = dict(vocab_size=65, block_size=64, d_model=128, n_heads=4, n_layers=4) | changes
+    return GPT(GPTConfig(**config))
+
+
+def _slips() -> dict[str, tuple[int, str]]:
+    """Each natural slip in counting the chapter's GPT, built as a model (or read off one), with a phrase the
+    feedback for it must contain."""
+    model = _chapters_gpt()
+    right = _count(model)
+    layer_norms = [norm for layer in model.layers for norm in (layer.norm1, layer.norm2)] + [model.norm]
+    attention = [layer.self_attn for layer in model.layers]
+    qkv = sum(_count(w) for a in attention for w in (a.w_q, a.w_k, a.w_v))
+    return {
+        "an untied head": (_count(_chapters_gpt(tie_embeddings=False)), "tied"),
+        "no position table": (_count(_chapters_gpt(positions="rope")), "learns its positions"),
+        "d_ff = D": (_count(_chapters_gpt(ff_width=128)), "4 x wider"),
+        "no Linear biases": (
+            right
+            - sum(m.bias.numel() for m in model.modules() if isinstance(m, torch.nn.Linear) and m.bias is not None),
+            "biases",
+        ),
+        "no biases at all (bias=False)": (_count(_chapters_gpt(bias=False)), "shift"),
+        "no LayerNorms": (right - sum(_count(m) for m in layer_norms), "LayerNorms have parameters"),
+        "a gain but no shift (RMSNorm-sized)": (_count(_chapters_gpt(norm="rms")), "2D numbers"),
+        "no ln_f": (right - _count(model.norm), "ln_f"),
+        "no W^O": (right - sum(_count(a.w_o) for a in attention), "W^O"),
+        "a D x D W^Q, W^K, W^V per head": (right + 3 * qkv, "heads share"),
+        "one block": (_count(_chapters_gpt(n_layers=1)), "4 blocks"),
+    }
+
+
+def test_each_natural_slip_in_the_count_gets_its_own_reason() -> None:
+    slips = _slips()
+    explain = ex.predict_gpt_parameters.explain
+    counts = [count for count, _ in slips.values()]
+    assert len(set(counts)) == len(counts), "two slips give the same count: the feedback could not tell them apart"
+    assert set(explain) == set(counts), (
+        f"feedback for counts no slip gives: {sorted(set(explain) - set(counts))}; "
+        f"slips without feedback: {sorted(set(counts) - set(explain))}"
+    )
+    for slip, (count, phrase) in slips.items():
+        assert phrase in explain[count], f"{slip} gives {count:,}, whose feedback is {explain[count]!r}"
+        said = ex.predict_gpt_parameters._explain_wrong(count)
+        assert phrase in said and "809" not in said  # the reason, never the answer
+    assert slips["d_ff = D"][0] == 415_104  # the count issue 35 found without a targeted hint
+    assert sorted(w() for w in ex.predict_gpt_parameters.wrong) == sorted(counts)
+    for wrong in ex.predict_gpt_parameters.wrong:
+        assert not ex.predict_gpt_parameters.passes(wrong)
+
+
 @pytest.mark.parametrize("case", range(5))
 def test_conv1d_heads_equal_the_converted_models_projections(case: int) -> None:
     x, weight, bias, n_heads = ex.conv1d_qkv_heads.cases[case].inputs()

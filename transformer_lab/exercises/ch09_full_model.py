@@ -100,6 +100,15 @@ def _smoothing_mass_on_pad(logits, target, pad_id, smoothing):  # noqa: ANN001, 
     return -(q * log_p).sum(-1)[real].mean()
 
 
+def _smoothing_pad_zeroed_over_v_minus_1(logits, target, pad_id, smoothing):  # noqa: ANN001, ANN202
+    log_p = logits.log_softmax(-1)
+    q = torch.full_like(log_p, smoothing / (logits.shape[-1] - 1))  # eps / (V - 1), then PAD set to 0
+    q.scatter_(-1, target.unsqueeze(-1), 1 - smoothing)
+    q[..., pad_id] = 0
+    real = target != pad_id
+    return -(q * log_p).sum(-1)[real].mean()
+
+
 def _smoothing_sum(logits, target, pad_id, smoothing):  # noqa: ANN001, ANN202
     log_p = logits.log_softmax(-1)
     q = torch.full_like(log_p, smoothing / (logits.shape[-1] - 2))
@@ -189,6 +198,11 @@ label_smoothed_loss = Exercise(
         Mistake(
             _smoothing_mass_on_pad,
             "PAD received a share of eps: PAD is never a right answer, so the smoothed target gives it nothing.",
+        ),
+        Mistake(
+            _smoothing_pad_zeroed_over_v_minus_1,
+            "eps was divided by V - 1, but with the right token and PAD left out only V - 2 tokens share it: q then "
+            "sums to less than 1.",
         ),
         Mistake(
             _smoothing_added_on_top,

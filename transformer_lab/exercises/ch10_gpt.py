@@ -1,8 +1,8 @@
 """Exercises of chapter 10, the decoder-only GPT (仅解码器): notebooks/10_gpt.ipynb.
 
 1. `predict_masked_entries`: how many scores note 004's `tril` mask sets to -inf for T = 5 (easy, predict).
-2. `predict_gpt_parameters`: the parameter count of the chapter's GPT with a tied head (medium, predict).
-3. `conv1d_qkv_heads`: q, k, v heads from GPT-2's checkpoint layout, a Conv1D weight (D, 3D) (medium, build).
+2. `conv1d_qkv_heads`: q, k, v heads from GPT-2's checkpoint layout, a Conv1D weight (D, 3D) (medium, build).
+3. `predict_gpt_parameters`: the parameter count of the chapter's GPT with a tied head (medium, predict).
 4. `top_p_filter`: nucleus (top-p) filtering of a row of logits from primitives (harder, transfer).
 
 Used in the notebook as `from transformer_lab.exercises import ch10_gpt as exercises`.
@@ -59,7 +59,7 @@ predict_masked_entries = Exercise(
 )
 
 
-# --- 2. predict: the parameters of the chapter's GPT ----------------------------------------------
+# --- 3. predict: the parameters of the chapter's GPT ----------------------------------------------
 
 
 def _gpt_parameters_reference() -> int:
@@ -71,6 +71,30 @@ def _gpt_parameters_reference() -> int:
     final_norm = 2 * d  # ln_f
     head = 0  # tied: lm_head.weight IS wte.weight, counted once
     return embeddings + layers * (attention + mlp + norms) + final_norm + head  # 809,856
+
+
+# What a learner gets by one natural slip, each count derived from the reference's terms (809,856), and what to say.
+# tests/test_exercises_ch10.py builds each slip as a model (an untied head, no position table, d_ff = D, ...) and
+# checks that it gives this count.
+_D, _BLOCK = 128 * 128 + 128, 198_272  # one D x D Linear with its bias; one block
+_GPT_PARAMETER_MISTAKES = {
+    809856 + 65 * 128: "the head is tied to the token embedding: one tensor, counted once.",
+    809856 - 64 * 128: "GPT learns its positions: wpe is a (block_size, D) table of parameters (chapter 08's sinusoids "
+    "had none).",
+    809856 - 4 * (6 * 128 * 128 + 3 * 128): "the MLP is 4 x wider than d_model: c_fc maps D to 4D and c_proj 4D "
+    "back to D, 4 x D x D weights each, not D x D.",
+    809856 - 4 * (4 * 128 + 512 + 128): "the Linear layers have biases here (bias=True, as GPT-2).",
+    809856 - 4 * (4 * 128 + 512 + 128) - 4 * 2 * 128 - 128: "the Linear layers have biases here, and every LayerNorm "
+    "has a shift beside its gain (bias=True, as GPT-2).",
+    809856 - 4 * 512 - 256: "the LayerNorms have parameters too: a gain and a shift of D each.",
+    809856 - 4 * 256 - 128: "a LayerNorm has a shift as well as a gain: 2D numbers, not D.",
+    809856 - 256: "a Pre-Norm GPT has one more LayerNorm after the last block, ln_f (a gain and a shift of D).",
+    809856 - 4 * _D: "attention has a fourth matrix after W^Q, W^K, W^V: the output projection W^O (nanoGPT's "
+    "c_proj), D x D with its bias.",
+    809856 + 4 * 3 * 3 * _D: "the heads share W^Q, W^K and W^V: each head gets d_k = D / 4 of their output features, "
+    "not a D x D matrix of its own.",
+    809856 - 3 * _BLOCK: "there are 4 blocks (n_layers=4), each with its own attention, MLP and LayerNorms.",
+}
 
 
 predict_gpt_parameters = Exercise(
@@ -87,23 +111,17 @@ predict_gpt_parameters = Exercise(
     ],
     level="medium",
     kind="predict",
-    wrong=[lambda: 809856 + 65 * 128, lambda: 809856 - 64 * 128, lambda: 809856 - 4 * 65536 - 4 * 384],
+    wrong=[(lambda count=count: count) for count in _GPT_PARAMETER_MISTAKES],
     why=(
         "809,856: 16,512 in the two embeddings, 198,272 per block (66,048 attention + 131,712 MLP + 512 "
         "LayerNorm), 256 in ln_f, and nothing for the tied head. Untied, the head would add 65 x 128 = 8,320 "
         "(1 %); for GPT-2 small, 50257 x 768 = 38.6 million (31 % of 124 M): tying matters for big vocabularies."
     ),
-    explain={
-        809856 + 65 * 128: "the head is tied to the token embedding: one tensor, counted once.",
-        809856 - 64 * 128: "GPT learns its positions: wpe is a (block_size, D) table of parameters.",
-        809856 - 4 * 65536 - 4 * 384: "the MLP is 4 x wider than d_model: c_fc is D -> 4D.",
-        809856 - 4 * 512 - 256: "the LayerNorms have parameters too: a gain and a shift of D each.",
-        809856 - 4 * (3 * 128 + 128) - 4 * (512 + 128): "the Linear layers have biases here (bias=True, as GPT-2).",
-    },
+    explain=_GPT_PARAMETER_MISTAKES,
 )
 
 
-# --- 3. build: q, k, v heads from GPT-2's Conv1D layout ------------------------------------------
+# --- 2. build: q, k, v heads from GPT-2's Conv1D layout ------------------------------------------
 
 
 def _conv1d_heads_reference(x: Tensor, weight: Tensor, bias: Tensor, n_heads: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -180,8 +198,8 @@ conv1d_qkv_heads = Exercise(
     "conv1d_qkv_heads",
     reference=_conv1d_heads_reference,
     cases=[
-        _conv1d_case("B=1, T=2, D=4, H=2", 1, 2, 4, 2, seed=100),
-        _conv1d_case("B=2, T=3, D=6, H=3", 2, 3, 6, 3, seed=103),
+        _conv1d_case("B=1, T=3, D=4, H=2", 1, 3, 4, 2, seed=100),
+        _conv1d_case("B=2, T=4, D=6, H=3", 2, 4, 6, 3, seed=103),
         _conv1d_case("one head", 2, 4, 4, 1, seed=106),
         _conv1d_case("B=2, T=5, D=8, H=4", 2, 5, 8, 4, seed=109),
         _conv1d_case("a single position, T=1", 3, 1, 8, 2, seed=112),
