@@ -58,6 +58,9 @@ ASSETS = ROOT / "transformer_lab" / "assets"
 LOG = ASSETS / "modern_ablation.jsonl"
 TABLE = ROOT / "benchmarks" / "results" / "modern-ablation.md"
 COSTS = ROOT / "benchmarks" / "results" / "modern-step-costs.json"
+#: Finished runs of the later "full + X" variants (`FULL_PLUS`), three seeds each, waiting to join LOG when chapter 11
+#: is executed again (the chapter prints every run of LOG): `cat` them onto LOG, then delete this file.
+LATER = ROOT / "benchmarks" / "results" / "modern-ablation-later.jsonl"
 
 #: The full modern model: nanochat's choices on chapter 10's model (no biases, untied head, rotary positions,
 #: RMSNorm without a weight everywhere and after the embedding, QK norm, ReLU^2, soft-capped logits, zero-initialised
@@ -114,6 +117,21 @@ GPT2_SETTING: dict[str, dict[str, Any]] = {
     "Muon": {},
 }
 ALTERNATIVES = ("SwiGLU MLP", "GQA (2 KV heads)")
+#: Chapter 11's later switches, each added to the full model ("full + X"), with the config fields that make it.
+#: nanochat's initialisation is measured with and without the norm after the embedding: with GPT-2's 0.02-scale
+#: embedding that norm multiplies the stream by about 50, with nanochat's N(0, 1) embedding by about 1.
+FULL_PLUS: dict[str, dict[str, Any]] = {
+    "nanochat init": dict(init="nanochat"),
+    "nanochat init, no norm after embedding": dict(init="nanochat", embedding_norm=False),
+    "sliding window (SSSL)": dict(window_pattern="SSSL"),
+    "QK norm gain": dict(qk_norm="rms"),
+}
+#: Variants whose training step is the same arithmetic as another variant's (only the initial values differ): their
+#: step cost is that variant's, not timed again (`costs` copies it).
+SAME_STEP_AS: dict[str, str] = {
+    "full + nanochat init": "full modern",
+    "full + nanochat init, no norm after embedding": "- norm after embedding",
+}
 TIMED_REFERENCE = "chapter 10, timed"  # added to the full model too, not removed from it
 
 
@@ -130,6 +148,8 @@ def variants() -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
         out[f"- {name}"] = (dict(MODERN, **fields), ADAMW_RECIPE if name == "Muon" else MUON_RECIPE)
     for name in ALTERNATIVES:
         out[f"full + {name}"] = (dict(MODERN, **CHANGES[name]), MUON_RECIPE)
+    for name, fields in FULL_PLUS.items():
+        out[f"full + {name}"] = (dict(MODERN, **fields), MUON_RECIPE)
     return out
 
 
@@ -274,7 +294,8 @@ def step_costs(names: list[str], rounds: int, steps: int, seed: int = 0) -> dict
 def costs_command(args: argparse.Namespace) -> int:
     _init_worker()
     names = [name for name in variants() if name != TIMED_REFERENCE]  # the same run as chapter 10's
-    measured = step_costs(names, args.rounds, args.steps)
+    measured = step_costs([name for name in names if name not in SAME_STEP_AS], args.rounds, args.steps)
+    measured.update({name: measured[twin] for name, twin in SAME_STEP_AS.items() if name in names})
     median = {name: statistics.median(values) for name, values in measured.items()}
     reference = median["chapter 10"]
     chapter_steps = CHAPTER_10["steps"]
@@ -288,6 +309,7 @@ def costs_command(args: argparse.Namespace) -> int:
         step_ms={name: round(c, 3) for name, c in median.items()},
         spread_ms={name: [round(min(v), 3), round(max(v), 3)] for name, v in measured.items()},
         steps=budget,
+        same_step_as={name: twin for name, twin in SAME_STEP_AS.items() if name in names},
     )
     print(f"{'variant':>28}  ms/step (median; min-max over rounds)  steps in chapter 10's time")
     for name in names:
