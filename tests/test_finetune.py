@@ -628,3 +628,64 @@ def test_corpus_rhyme_rate_is_the_documented_figure() -> None:
     rhyming, quatrains = ft.corpus_rhyme_rate(load_corpus("tang"))
     assert (rhyming, quatrains) == (2868, 3692)
     assert f"{rhyming:,} of {quatrains:,} quatrains, {100 * rhyming / quatrains:.1f} %" in ft.corpus_rhyme_rate.__doc__
+
+
+# ---------------------------------------------------------------- SFT data from the corpus
+
+
+def test_quatrains_and_examples_of_a_poem() -> None:
+    lushi = JINGYE + CHUNXIAO  # eight lines of five characters: two quatrains
+    assert ft.quatrains_of(JINGYE) == [JINGYE] and ft.quatrains_of(lushi) == [JINGYE, CHUNXIAO]
+    assert ft.quatrains_of("白日依山尽，黄河入海流。") == [] and ft.quatrains_of("床前明月光光，" * 4) == []
+    acrostic, follow = ft.make_examples([JINGYE])
+    assert (acrostic.kind, acrostic.argument, acrostic.prompt, acrostic.response) == (
+        "acrostic", "床疑举低", "藏头床疑举低", JINGYE,
+    )  # fmt: skip
+    assert ft.acrostic(acrostic.response, acrostic.argument) and ft.poem_checks(JINGYE, "床疑举低")["all"]
+    assert (follow.kind, follow.argument, follow.prompt) == ("continue", "床前明月光", "续写床前明月光")
+    assert follow.response == "疑是地上霜。举头望明月，低头思故乡。"
+    require(HAS_PYPINYIN, PYPINYIN_REASON)
+    assert ft.continuation_checks(follow.argument, follow.response) == {"form": True, "rhyme": True, "new": True,
+                                                                         "all": True}  # fmt: skip
+    assert not ft.continuation_checks("床前明月光", "床前明月光。举头望明月，低头思故乡。")["all"]
+    with pytest.raises(ValueError, match="kinds"):
+        ft.make_examples([JINGYE], ["translate"])
+
+
+def test_sft_splits_keep_held_out_poems_unseen() -> None:
+    """A small corpus: the held-out side of pretraining's cut gives the test examples, except a quatrain that also
+    stands in the pretraining text; no quatrain is in two splits."""
+    poems = [JINGYE, CHUNXIAO + NO_RHYME, "白日依山尽，黄河入海流。", NO_RHYME.replace("春", "夏", 1)] * 5
+    poems += [
+        "千山鸟飞绝，万径人踪灭。孤舟蓑笠翁，独钓寒江雪。",
+        JINGYE,
+        "红豆生南国，春来发几枝。愿君多采撷，此物最相思。",
+    ]
+    text = "\n".join(poems) + "\n"
+    seen, held_out = ft.pretraining_poems(text, 0.9)
+    cut = int(len(text) * 0.9)
+    assert all(p in text[:cut] for p in seen) and all(p in text[cut:] for p in held_out)
+    assert len(seen) + len(held_out) in (len(poems), len(poems) - 1)
+    splits = ft.sft_splits(text, validation=0.5)
+    quatrains = {name: {e.poem for e in examples} for name, examples in splits.items()}
+    assert quatrains["test"] and quatrains["train"] and quatrains["validation"]
+    assert JINGYE not in quatrains["test"]  # held out, but also in the pretraining text
+    assert all(q not in text[:cut] for q in quatrains["test"])
+    assert not (quatrains["train"] & quatrains["validation"]) and not (quatrains["train"] & quatrains["test"])
+    for examples in splits.values():
+        assert {e.kind for e in examples} == {"acrostic", "continue"}
+
+
+def test_tang_held_out_poems_are_pretrainings_validation_split() -> None:
+    """gpt_tang.pt was pretrained on the first 90 % of the corpus: 1,793 poems lie wholly after that cut, 391 of
+    them quatrains; SFT's splits share no quatrain."""
+    from transformer_lab.data import load_corpus
+
+    text = load_corpus("tang")
+    seen, held_out = ft.pretraining_poems(text)
+    assert (len(seen), len(held_out), sum(map(ft.in_form, held_out))) == (16039, 1793, 391)
+    splits = ft.sft_splits(text)
+    quatrains = {name: {e.poem for e in examples} for name, examples in splits.items()}
+    assert not (quatrains["train"] & quatrains["test"]) and not (quatrains["validation"] & quatrains["test"])
+    assert not (quatrains["train"] & quatrains["validation"])
+    assert len(splits["test"]) > 2 * 500  # the 500 held-out prompts of the benchmarks, each kind

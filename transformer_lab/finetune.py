@@ -13,6 +13,7 @@ policy gradient, and rewards a program checks.
     policy_gradient_loss(...)                  the group-relative policy gradient objective, token-level
     poem_lines / in_form / acrostic / rhymes   藏头诗's checks, plain functions of the text (the rewards)
     rhyme_class(char)                          the character's class in 中华新韵 (14 classes), by pypinyin
+    held_out_poems / quatrains_of / sft_splits SFT data from the corpus, split by poem (test: unseen in pretraining)
 
 Shape legend: B batch, T length, D d_model, V vocabulary size, r LoRA's rank, G samples per prompt (a group),
 P prompts.
@@ -25,6 +26,7 @@ import dataclasses
 import math
 import re
 import unicodedata
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -60,6 +62,13 @@ __all__ = [
     "poem_checks",
     "poem_reward",
     "corpus_rhyme_rate",
+    "INSTRUCTIONS",
+    "SFTExample",
+    "pretraining_poems",
+    "quatrains_of",
+    "make_examples",
+    "sft_splits",
+    "continuation_checks",
 ]
 
 
@@ -808,3 +817,122 @@ def corpus_rhyme_rate(text: str) -> tuple[int, int]:
     """
     quatrains = [line for line in text.split("\n") if in_form(line)]
     return sum(rhymes(q) for q in quatrains), len(quatrains)
+
+
+# ---------------------------------------------------------------- SFT data made from the corpus itself
+
+#: The instruction kinds and the words that open their prompts: 藏头 + four heads -> the quatrain; 续写 + a first
+#: line -> lines 2 to 4. Every character is in the Tang corpus, so the base tokenizer encodes the prompts.
+INSTRUCTIONS = {"acrostic": "藏头", "continue": "续写"}
+
+
+@dataclass(frozen=True)
+class SFTExample:
+    """One instruction and its answer, made from one quatrain of the corpus.
+
+    kind: a key of `INSTRUCTIONS`; argument: the heads (acrostic) or the first line (continue); prompt: the
+    instruction word and the argument; response: what the model should write; poem: the quatrain itself.
+    """
+
+    kind: str
+    argument: str
+    prompt: str
+    response: str
+    poem: str
+
+
+def pretraining_poems(text: str, train_fraction: float = 0.9) -> tuple[list[str], list[str]]:
+    """The corpus's poems (one a line) on either side of pretraining's cut: (seen, held_out).
+
+    Chapter 10 pretrains on the first `train_fraction` of the characters (`tl.data.split_text`; gpt_tang.pt's
+    options say 0.9). `seen` are the poems wholly before the cut, `held_out` those wholly after it (the one
+    poem the cut runs through is in neither): on the Tang corpus 16,039 and 1,793 poems, 391 of these
+    quatrains. The corpus is sorted by first character, so the held-out poems' heads are skewed towards the
+    end of that order.
+    """
+    if not isinstance(text, str) or not text:
+        raise ValueError("text must be the corpus: a non-empty str, one poem a line")
+    if isinstance(train_fraction, bool) or not isinstance(train_fraction, (int, float)) or not 0 < train_fraction < 1:
+        raise ValueError(
+            f"train_fraction must be in (0, 1) (pretraining's, 0.9 for gpt_tang.pt), got {train_fraction!r}"
+        )
+    cut = int(len(text) * train_fraction)
+    seen, held_out, start = [], [], 0
+    for line in text.split("\n"):
+        end = start + len(line)
+        if line and end <= cut:
+            seen.append(line)
+        elif line and start >= cut:
+            held_out.append(line)
+        start = end + 1
+    return seen, held_out
+
+
+def quatrains_of(poem: str) -> list[str]:
+    """The five-character quatrains a poem gives: itself if it is one (`in_form`), both halves of an eight-line
+    poem of five-character lines (a 律诗's halves, each "，。，。"), none otherwise."""
+    if in_form(poem):
+        return [poem]
+    if len(poem) == 48 and in_form(poem[:24]) and in_form(poem[24:]):
+        return [poem[:24], poem[24:]]
+    return []
+
+
+def make_examples(poems: Sequence[str], kinds: Sequence[str] = tuple(INSTRUCTIONS)) -> list[SFTExample]:
+    """Every quatrain of `poems` as one example of each kind, in the poems' order."""
+    unknown = [k for k in kinds if k not in INSTRUCTIONS]
+    if unknown or not kinds:
+        raise ValueError(f"kinds must be some of {list(INSTRUCTIONS)}, got {list(kinds)!r}")
+    examples = []
+    for poem in poems:
+        for quatrain in quatrains_of(poem):
+            for kind in kinds:
+                argument = (
+                    quatrain[0] + quatrain[6] + quatrain[12] + quatrain[18] if kind == "acrostic" else quatrain[:5]
+                )
+                response = quatrain if kind == "acrostic" else quatrain[6:]
+                examples.append(SFTExample(kind, argument, INSTRUCTIONS[kind] + argument, response, quatrain))
+    return examples
+
+
+def sft_splits(
+    text: str, validation: float = 0.05, train_fraction: float = 0.9, kinds: Sequence[str] = tuple(INSTRUCTIONS)
+) -> dict[str, list[SFTExample]]:
+    """SFT's train, validation and test examples, split by poem (chapter 13).
+
+    train and validation come from the poems pretraining saw (`pretraining_poems`): a fixed hash of each poem's
+    text (CRC-32, the same on every machine) puts `validation` of them in validation. test comes from the
+    held-out poems, which neither pretraining nor SFT sees. A poem's examples (both kinds, both halves of a 律诗)
+    stay in one split; and since the corpus repeats some quatrains (in two poems, or a poem twice), a test
+    quatrain that also appears anywhere in pretraining's training text is dropped (3 on the Tang corpus), and a
+    validation quatrain that SFT trains on likewise.
+    """
+    if isinstance(validation, bool) or not isinstance(validation, (int, float)) or not 0 <= validation < 1:
+        raise ValueError(f"validation must be a share in [0, 1) of the seen poems, e.g. 0.05, got {validation!r}")
+    seen, held_out = pretraining_poems(text, train_fraction)
+    chosen = [zlib.crc32(p.encode("utf-8")) / 2**32 < validation for p in seen]
+    train = make_examples([p for p, v in zip(seen, chosen, strict=True) if not v], kinds)
+    trained = {e.poem for e in train}
+    valid = [
+        e for e in make_examples([p for p, v in zip(seen, chosen, strict=True) if v], kinds) if e.poem not in trained
+    ]
+    # Every 24 characters of the pretraining text that start a line (after a newline or a mark): where a seen
+    # quatrain would have to start.
+    before = text[: int(len(text) * train_fraction)]
+    starts = [0] + [i + 1 for i, c in enumerate(before) if c in "\n，。"]
+    windows = {before[i : i + 24] for i in starts}
+    test = [e for e in make_examples(held_out, kinds) if e.poem not in windows]
+    return {"train": train, "validation": valid, "test": test}
+
+
+def continuation_checks(first_line: str, response: str) -> dict[str, bool]:
+    """The checks of a continuation (续写): the given line, "，" and the response make a quatrain in form, lines
+    2 and 4 rhyme, and the response does not repeat the given line; and all of them at once."""
+    if not isinstance(first_line, str) or len(first_line) != 5 or not all(_is_hanzi(c) for c in first_line):
+        raise ValueError(f"first_line must be five Chinese characters, got {first_line!r}")
+    if not isinstance(response, str):
+        raise TypeError(f"response must be a str, got {type(response).__name__}")
+    poem = first_line + "，" + response
+    checks = {"form": in_form(poem), "rhyme": rhymes(poem), "new": first_line not in response}
+    checks["all"] = all(checks.values())
+    return checks
