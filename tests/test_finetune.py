@@ -689,3 +689,67 @@ def test_tang_held_out_poems_are_pretrainings_validation_split() -> None:
     assert not (quatrains["train"] & quatrains["test"]) and not (quatrains["validation"] & quatrains["test"])
     assert not (quatrains["train"] & quatrains["validation"])
     assert len(splits["test"]) > 2 * 500  # the 500 held-out prompts of the benchmarks, each kind
+
+
+# ---------------------------------------------------------------- sampling groups
+
+
+def small_sft_model():  # noqa: ANN201 - (GPT, TextTokenizer, SFTFormat)
+    from transformer_lab.data import TextTokenizer
+    from transformer_lab.gpt import GPT, GPTConfig
+
+    tokenizer = TextTokenizer("，。山水风月花")
+    torch.manual_seed(0)
+    base = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, block_size=20, d_model=16, n_heads=2, n_layers=2))
+    model = ft.add_special_tokens(base.double(), 3)
+    with torch.no_grad():  # the end token likelier, so that some responses end early
+        model.token_embedding.weight[-1] += 0.5 * torch.randn(16, dtype=torch.float64)
+    return model.eval(), tokenizer, ft.SFTFormat(base_vocab=tokenizer.vocab_size)
+
+
+def test_sample_groups_is_one_cached_batch_and_masks_after_the_end() -> None:
+    model, tokenizer, fmt = small_sft_model()
+    prompts = ["山水", "风月"]
+    rollout = ft.sample_groups(model, fmt, tokenizer, prompts, 4, 10, generator=torch.Generator().manual_seed(2))
+    assert rollout.tokens.shape == (2, 4, 14) and rollout.mask.shape == (2, 4, 10) and rollout.prompt_length == 4
+    idx = torch.tensor([fmt.prompt_ids(tokenizer, p) for p in prompts]).repeat_interleave(4, 0)
+    expected = model.generate(idx, 10, generator=torch.Generator().manual_seed(2))  # the same draws
+    assert torch.equal(rollout.tokens.reshape(8, 14), expected)
+    ended = 0
+    for p in range(2):
+        for g in range(4):
+            new = rollout.tokens[p, g, 4:].tolist()
+            stop = new.index(fmt.end_id) + 1 if fmt.end_id in new else len(new)
+            ended += stop < len(new)
+            assert rollout.mask[p, g].tolist() == [t < stop for t in range(10)]
+            kept = [t for t in new[:stop] if t != fmt.end_id]
+            text = rollout.texts[p][g]
+            if all(t < fmt.base_vocab for t in kept):
+                assert text == tokenizer.decode(kept)
+            else:
+                assert text is None
+    assert 0 < ended < 8  # some end early, some run to the last step
+
+
+def test_response_logprobs_equal_step_by_step_ones() -> None:
+    model, tokenizer, fmt = small_sft_model()
+    rollout = ft.sample_groups(model, fmt, tokenizer, ["山水"], 3, 8, generator=torch.Generator().manual_seed(5))
+    got = ft.response_logprobs(model, rollout)
+    assert got.shape == (1, 3, 8) and got.requires_grad
+    for g in range(3):
+        row = rollout.tokens[0, g]
+        for t in range(8):
+            with torch.no_grad():
+                logits = model(row[None, : 4 + t])[0, -1]
+            expected = logits.log_softmax(-1)[row[4 + t]]
+            torch.testing.assert_close(got[0, g, t].detach(), expected, rtol=1e-10, atol=1e-10)
+
+
+def test_sample_groups_refuses_bad_input() -> None:
+    model, tokenizer, fmt = small_sft_model()
+    with pytest.raises(ValueError, match="one length"):
+        ft.sample_groups(model, fmt, tokenizer, ["山", "山水"], 2, 5)
+    with pytest.raises(ValueError, match="block_size"):
+        ft.sample_groups(model, fmt, tokenizer, ["山水"], 2, 17)
+    with pytest.raises(ValueError, match="group_size"):
+        ft.sample_groups(model, fmt, tokenizer, ["山水"], 0, 5)

@@ -11,6 +11,7 @@ policy gradient, and rewards a program checks.
     token_logprobs(logits, targets)            log p(target) at every position
     group_advantages(rewards, z_score)         reward minus its group's mean (divided by the group's std)
     policy_gradient_loss(...)                  the group-relative policy gradient objective, token-level
+    sample_groups / response_logprobs          G samples per prompt in one batch with the KV cache; their log-probs
     poem_lines / in_form / acrostic / rhymes   藏头诗's checks, plain functions of the text (the rewards)
     rhyme_class(char)                          the character's class in 中华新韵 (14 classes), by pypinyin
     held_out_poems / quatrains_of / sft_splits SFT data from the corpus, split by poem (test: unseen in pretraining)
@@ -53,6 +54,9 @@ __all__ = [
     "token_logprobs",
     "group_advantages",
     "policy_gradient_loss",
+    "Rollout",
+    "sample_groups",
+    "response_logprobs",
     "RHYME_TABLE",
     "rhyme_class",
     "poem_lines",
@@ -681,6 +685,96 @@ def policy_gradient_loss(
         log_ratio = ref_logprobs.detach() - logprobs  # type: ignore[union-attr]  # (P, G, T)
         surrogate = surrogate - kl_coef * (torch.exp(log_ratio) - log_ratio - 1)
     return -surrogate[mask].sum() / mask.sum()  # only response tokens enter (padding's values never do)
+
+
+@dataclass
+class Rollout:
+    """G sampled responses to each of P prompts (`sample_groups`).
+
+    tokens: (P, G, L + N) the prompts (L tokens each) and the N sampled tokens; mask: (P, G, N) True on each
+    response's tokens up to and including its first <|end|> (what follows it is not part of the response);
+    texts: P lists of G decoded responses (without <|end|>; None where a marker other than <|end|> came out, a
+    response no reward can read); prompt_length: L.
+    """
+
+    tokens: Tensor
+    mask: Tensor
+    texts: list[list[str | None]]
+    prompt_length: int
+
+
+@torch.no_grad()
+def sample_groups(
+    model: nn.Module,
+    fmt: SFTFormat,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    group_size: int,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    generator: torch.Generator | None = None,
+) -> Rollout:
+    """Sample `group_size` responses to each prompt, all P G of them in ONE batch through `GPT.generate` with its
+    KV cache (chapter 10): the prompts are run once, then each step runs only the P G newest tokens.
+
+    The prompts must encode to one length (the GPT has no padding mask: a left-padded prompt would attend to its
+    padding); 藏头 prompts all do (2 + 4 characters), 续写 prompts too (2 + 5). Every sample runs
+    `max_new_tokens` steps; `mask` keeps what precedes the first <|end|>, and the <|end|> itself.
+    """
+    if not isinstance(prompts, Sequence) or isinstance(prompts, str) or not prompts:
+        raise ValueError("prompts must be a non-empty list of prompt texts")
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size <= 0:
+        raise ValueError(f"group_size must be a positive int (samples per prompt), got {group_size!r}")
+    heads = [fmt.prompt_ids(tokenizer, p) for p in prompts]
+    lengths = sorted({len(h) for h in heads})
+    if len(lengths) > 1:
+        raise ValueError(
+            f"prompts must encode to one length (the model has no padding mask), got lengths {lengths}: sample "
+            "each length (each instruction kind) in its own call"
+        )
+    length = lengths[0]
+    block = model.config.block_size
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens <= 0:
+        raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
+    if length + max_new_tokens > block:
+        raise ValueError(
+            f"max_new_tokens={max_new_tokens} with prompts of {length} tokens passes block_size={block}: the "
+            f"response's log-probs are read in one forward pass; use at most {block - length}"
+        )
+    device = model.token_embedding.weight.device
+    idx = torch.tensor(heads, device=device).repeat_interleave(group_size, dim=0)  # (P G, L), group-major
+    tokens = model.generate(idx, max_new_tokens, temperature=temperature, top_k=top_k, generator=generator)
+    new = tokens[:, length:]  # (P G, N)
+    ended = (new == fmt.end_id).long()
+    before_end = ended.cumsum(1) - ended == 0  # (P G, N): True up to and including the first <|end|>
+    texts: list[str | None] = []
+    for row, keep in zip(new.tolist(), before_end.tolist(), strict=True):
+        try:
+            texts.append(fmt.decode_response(tokenizer, [t for t, k in zip(row, keep, strict=True) if k]))
+        except ValueError:
+            texts.append(None)
+    prompts_n = len(prompts)
+    return Rollout(
+        tokens=tokens.reshape(prompts_n, group_size, -1),  # (P, G, L + N)
+        mask=before_end.reshape(prompts_n, group_size, -1),  # (P, G, N)
+        texts=[texts[i * group_size : (i + 1) * group_size] for i in range(prompts_n)],
+        prompt_length=length,
+    )
+
+
+def response_logprobs(model: nn.Module, rollout: Rollout) -> Tensor:
+    """log pi(token) of every sampled token under `model` (with its graph, for the policy gradient), from ONE
+    forward pass over prompt and response: position t's logits score token t + 1.
+
+    Shape:
+        -> (P, G, N), the positions of `rollout.mask`.
+    """
+    prompts_n, group, total = rollout.tokens.shape
+    flat = rollout.tokens.reshape(prompts_n * group, total)  # (P G, L + N)
+    logits = model(flat[:, :-1])  # (P G, L + N - 1, V)
+    logprobs = token_logprobs(logits, flat[:, 1:])  # (P G, L + N - 1)
+    return logprobs[:, rollout.prompt_length - 1 :].reshape(prompts_n, group, -1)  # (P, G, N)
 
 
 # ---------------------------------------------------------------- rewards: 藏头诗, checked by a program
