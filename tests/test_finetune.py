@@ -753,3 +753,56 @@ def test_sample_groups_refuses_bad_input() -> None:
         ft.sample_groups(model, fmt, tokenizer, ["山水"], 2, 17)
     with pytest.raises(ValueError, match="group_size"):
         ft.sample_groups(model, fmt, tokenizer, ["山水"], 0, 5)
+
+
+# ---------------------------------------------------------------- checkpoints carry the format
+
+
+def test_save_and_load_sft_round_trip_with_lora_merged(tmp_path) -> None:  # noqa: ANN001
+    model, tokenizer, fmt = small_sft_model()
+    model = model.float()
+    ft.apply_lora(model, ["w_q", "w_v"], rank=2, alpha=4)
+    with torch.no_grad():
+        for module in ft.lora_modules(model).values():
+            module.lora_B.normal_()
+    idx = torch.tensor([fmt.prompt_ids(tokenizer, "山水")])
+    with torch.no_grad():
+        expected = model(idx)
+    path = tmp_path / "sft.pt"
+    ft.save_sft(model, path, tokenizer, fmt, options={"steps": 3})
+    assert ft.lora_modules(model)  # the model saved is left as it was
+    loaded, loaded_tokenizer, loaded_fmt = ft.load_sft(path)
+    assert loaded_fmt == fmt and loaded_tokenizer.chars == tokenizer.chars and not ft.lora_modules(loaded)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(idx), expected, rtol=1e-5, atol=1e-5)
+    raw = torch.load(path, weights_only=True)
+    assert raw["kind"] == "gpt_sft" and raw["sft_format"] == fmt.to_dict() and raw["options"] == {"steps": 3}
+    ft.save_sft(loaded, tmp_path / "half.pt", tokenizer, fmt, half=True)
+    assert torch.load(tmp_path / "half.pt", weights_only=True)["state_dict"]["lm_head.weight"].dtype == torch.float16
+
+
+def test_checkpoints_and_sampling_refuse_a_missing_or_mismatched_format(tmp_path) -> None:  # noqa: ANN001
+    from transformer_lab.data import ASSETS, TextTokenizer
+
+    with pytest.raises(ValueError, match="without a prompt/response format"):
+        ft.load_sft(ASSETS / "gpt_tang.pt")
+    model, tokenizer, fmt = small_sft_model()
+    other = ft.SFTFormat(base_vocab=tokenizer.vocab_size + 1)
+    with pytest.raises(ValueError, match="use the format saved with the model"):
+        ft.sample_groups(model, other, tokenizer, ["山水"], 2, 5)
+    with pytest.raises(ValueError, match="use the format saved with the model"):
+        ft.save_sft(model, tmp_path / "x.pt", tokenizer, other)
+    with pytest.raises(ValueError, match="base model's"):
+        ft.save_sft(model, tmp_path / "x.pt", TextTokenizer("山水"), fmt)
+    with pytest.raises(ValueError, match="may not be called"):
+        ft.save_sft(model, tmp_path / "x.pt", tokenizer, fmt, sft_format={})
+    with pytest.raises(TypeError, match="weights_only"):
+        ft.save_sft(model, tmp_path / "x.pt", tokenizer, fmt, options={"fmt": fmt})
+    ft.save_sft(model, tmp_path / "good.pt", tokenizer, fmt)
+    data = torch.load(tmp_path / "good.pt", weights_only=True)
+    data["sft_format"]["base_vocab"] += 1
+    torch.save(data, tmp_path / "bad.pt")
+    with pytest.raises(ValueError, match="made for 8 base tokens, the tokenizer has 7"):
+        ft.load_sft(tmp_path / "bad.pt")
+    with pytest.raises(FileNotFoundError):
+        ft.load_sft(tmp_path / "none.pt")

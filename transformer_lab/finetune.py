@@ -8,6 +8,7 @@ policy gradient, and rewards a program checks.
     SFTFormat                                  <|prompt|> prompt <|response|> response <|end|>, as token ids
     add_special_tokens(model, n)               a copy of a trained GPT with n more tokens (rows: the mean row)
     response_loss(logits, targets, mask)       cross-entropy over the response tokens only
+    save_sft / load_sft / check_format         a fine-tuned GPT's checkpoint, which carries its format
     token_logprobs(logits, targets)            log p(target) at every position
     group_advantages(rewards, z_score)         reward minus its group's mean (divided by the group's std)
     policy_gradient_loss(...)                  the group-relative policy gradient objective, token-level
@@ -25,6 +26,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import os
 import re
 import unicodedata
 import zlib
@@ -51,6 +53,9 @@ __all__ = [
     "SFTFormat",
     "add_special_tokens",
     "response_loss",
+    "save_sft",
+    "load_sft",
+    "check_format",
     "token_logprobs",
     "group_advantages",
     "policy_gradient_loss",
@@ -554,6 +559,114 @@ def response_loss(logits: Tensor, targets: Tensor, mask: Tensor) -> Tensor:
     return F.cross_entropy(logits[mask], targets[mask], reduction="sum") / mask.sum()
 
 
+def check_format(model: nn.Module, fmt: object) -> None:
+    """Raise unless `fmt` is an `SFTFormat` made for this model: its vocabulary is the model's (the base's and
+    the three markers). Sampling calls it, so a model is never prompted with markers it does not have (or
+    that mean other tokens)."""
+    if not isinstance(fmt, SFTFormat):
+        raise TypeError(f"fmt must be an SFTFormat (the fine-tuned model's, from load_sft), got {type(fmt).__name__}")
+    size = model.config.vocab_size
+    if size != fmt.vocab_size:
+        raise ValueError(
+            f"the format's markers are ids {fmt.prompt_id}-{fmt.end_id} (base_vocab={fmt.base_vocab}), but the "
+            f"model has vocab_size={size}: use the format saved with the model (load_sft), or grow a base model "
+            "with add_special_tokens"
+        )
+
+
+#: The `kind` of a fine-tuned GPT's checkpoint (`save_sft`); chapter 10's `save_gpt` writes "gpt".
+SFT_KIND = "gpt_sft"
+
+
+def save_sft(
+    model: nn.Module, path: str | os.PathLike[str], tokenizer: Any, fmt: SFTFormat, *, half: bool = False, **extra: Any
+) -> None:
+    """Write a fine-tuned GPT: `save_gpt`'s checkpoint (config, the BASE tokenizer, weights, extra plain data)
+    with kind "gpt_sft" and the format ("sft_format": `fmt.to_dict()`), read back by `load_sft`. LoRA layers
+    are saved merged (`unload_lora` on a copy): the file holds a plain GPT.
+
+    Args:
+        half: store the weights in float16 (`load_sft` returns float32).
+    """
+    from transformer_lab._checks import check_bool, check_plain_data
+    from transformer_lab.gpt import GPT
+
+    if not isinstance(model, GPT):
+        raise TypeError(f"model must be a tl.gpt.GPT, got {type(model).__name__}")
+    check_format(model, fmt)
+    if getattr(tokenizer, "vocab_size", None) != fmt.base_vocab or not callable(getattr(tokenizer, "to_dict", None)):
+        raise ValueError(
+            f"tokenizer must be the base model's ({fmt.base_vocab} tokens, as the format says), got "
+            f"{getattr(tokenizer, 'vocab_size', type(tokenizer).__name__)}"
+        )
+    check_bool("half", half)
+    for key in ("kind", "config", "tokenizer", "state_dict", "sft_format"):
+        if key in extra:
+            raise ValueError(f"extra data may not be called {key!r}: the checkpoint uses that key itself")
+    for key, value in extra.items():
+        check_plain_data(key, value)
+    if lora_modules(model):
+        model = unload_lora(copy.deepcopy(model))
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    if half:
+        state = {k: v.half() if v.is_floating_point() else v for k, v in state.items()}
+    checkpoint = {
+        "kind": SFT_KIND,
+        "config": model.config.to_dict(),
+        "tokenizer": tokenizer.to_dict(),
+        "sft_format": fmt.to_dict(),
+        "state_dict": state,
+        **extra,
+    }
+    torch.save(checkpoint, path)
+
+
+def load_sft(path: str | os.PathLike[str]) -> tuple[nn.Module, Any, SFTFormat]:
+    """(model, base tokenizer, format) from a file of `save_sft`: a float32 GPT in eval mode. A checkpoint
+    without a format (chapter 10's `save_gpt`: a base model) or with one that does not fit its model is refused.
+    """
+    from transformer_lab._checks import unreadable_checkpoint
+    from transformer_lab.gpt import GPT, GPTConfig
+    from transformer_lab.gpt_training import _gpt_tokenizer_from_dict
+
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or a path, got {type(path).__name__}")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no fine-tuned GPT checkpoint at path {os.fspath(path)!r}")
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # noqa: BLE001 - a corrupt file can fail anywhere in the unpickler
+        raise unreadable_checkpoint(path, error, "a fine-tuned GPT", "write it with tl.finetune.save_sft") from None
+    if isinstance(data, dict) and data.get("kind") == "gpt":
+        raise ValueError(
+            f"{os.fspath(path)!r} holds a base GPT without a prompt/response format (it was not fine-tuned): "
+            "fine-tune it and save it with tl.finetune.save_sft, or load it with tl.training.load_gpt"
+        )
+    if not isinstance(data, dict) or data.get("kind") != SFT_KIND:
+        raise ValueError(f"{os.fspath(path)!r} is not a fine-tuned GPT checkpoint (write one with save_sft)")
+    missing = [k for k in ("config", "tokenizer", "sft_format", "state_dict") if k not in data]
+    if missing:
+        raise ValueError(f"{os.fspath(path)!r} is not a complete fine-tuned GPT checkpoint: it has no {missing}")
+    try:
+        config = GPTConfig(**data["config"])
+        tokenizer = _gpt_tokenizer_from_dict(data["tokenizer"])
+        fmt = SFTFormat.from_dict(data["sft_format"])
+    except (TypeError, ValueError, KeyError) as error:
+        raise ValueError(f"{os.fspath(path)!r} holds a bad config, tokenizer or format: {error}") from None
+    if tokenizer.vocab_size != fmt.base_vocab:
+        raise ValueError(
+            f"{os.fspath(path)!r}: the format was made for {fmt.base_vocab} base tokens, the tokenizer has "
+            f"{tokenizer.vocab_size}"
+        )
+    model = GPT(config)
+    check_format(model, fmt)
+    try:
+        model.load_state_dict(data["state_dict"])
+    except RuntimeError as error:
+        raise ValueError(f"{os.fspath(path)!r}: the weights do not fit the config: {str(error)[:300]}") from None
+    return model.eval(), tokenizer, fmt
+
+
 # ---------------------------------------------------------------- RL: a group-relative policy gradient
 
 
@@ -726,6 +839,7 @@ def sample_groups(
         raise ValueError("prompts must be a non-empty list of prompt texts")
     if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size <= 0:
         raise ValueError(f"group_size must be a positive int (samples per prompt), got {group_size!r}")
+    check_format(model, fmt)
     heads = [fmt.prompt_ids(tokenizer, p) for p in prompts]
     lengths = sorted({len(h) for h in heads})
     if len(lengths) > 1:
