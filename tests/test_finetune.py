@@ -806,3 +806,39 @@ def test_checkpoints_and_sampling_refuse_a_missing_or_mismatched_format(tmp_path
         ft.load_sft(tmp_path / "bad.pt")
     with pytest.raises(FileNotFoundError):
         ft.load_sft(tmp_path / "none.pt")
+
+
+def test_save_and_load_lora_on_its_base_only(tmp_path) -> None:  # noqa: ANN001
+    import copy
+
+    model, tokenizer, fmt = small_sft_model()
+    base = copy.deepcopy(model)
+    ft.apply_lora(model, ["w_q", "feed_forward.w2"], rank=3, alpha=5)
+    with torch.no_grad():
+        for module in ft.lora_modules(model).values():
+            module.lora_B.normal_()
+    assert ft.base_fingerprint(model) == ft.base_fingerprint(base)  # LoRA layers count as their base
+    idx = torch.tensor([fmt.prompt_ids(tokenizer, "山水")])
+    with torch.no_grad():
+        expected = model(idx)
+    ft.save_lora(model, tmp_path / "lora.pt", steps=10)
+    raw = torch.load(tmp_path / "lora.pt", weights_only=True)
+    assert sorted(raw["layers"]) == sorted(ft.lora_modules(model)) and raw["steps"] == 10
+    assert not any("token_embedding" in k for k in raw["layers"])  # A and B only
+    restored = ft.load_lora(copy.deepcopy(base), tmp_path / "lora.pt")
+    with torch.no_grad():
+        torch.testing.assert_close(restored(idx), expected, rtol=1e-12, atol=1e-12)
+    assert len(ft.lora_parameters(restored)) == 8 and all(p.requires_grad for p in ft.lora_parameters(restored))
+    other = copy.deepcopy(base)
+    with torch.no_grad():
+        other.layers[0].norm1.weight[0] += 1e-3
+    with pytest.raises(ValueError, match="trained on another base model"):
+        ft.load_lora(other, tmp_path / "lora.pt")
+    with pytest.raises(TypeError, match="holds only A and B"):
+        ft.load_lora(tmp_path / "lora.pt", tmp_path / "lora.pt")
+    ft.save_sft(base, tmp_path / "sft.pt", tokenizer, fmt)
+    with pytest.raises(ValueError, match="not a LoRA checkpoint"):
+        ft.load_lora(copy.deepcopy(base), tmp_path / "sft.pt")
+    ft.merge_lora(model)
+    with pytest.raises(ValueError, match="merged"):
+        ft.save_lora(model, tmp_path / "merged.pt")

@@ -9,6 +9,7 @@ policy gradient, and rewards a program checks.
     add_special_tokens(model, n)               a copy of a trained GPT with n more tokens (rows: the mean row)
     response_loss(logits, targets, mask)       cross-entropy over the response tokens only
     save_sft / load_sft / check_format         a fine-tuned GPT's checkpoint, which carries its format
+    save_lora / load_lora                      LoRA's A and B alone, tied to their base by a fingerprint
     token_logprobs(logits, targets)            log p(target) at every position
     group_advantages(rewards, z_score)         reward minus its group's mean (divided by the group's std)
     policy_gradient_loss(...)                  the group-relative policy gradient objective, token-level
@@ -56,6 +57,9 @@ __all__ = [
     "save_sft",
     "load_sft",
     "check_format",
+    "base_fingerprint",
+    "save_lora",
+    "load_lora",
     "token_logprobs",
     "group_advantages",
     "policy_gradient_loss",
@@ -665,6 +669,78 @@ def load_sft(path: str | os.PathLike[str]) -> tuple[nn.Module, Any, SFTFormat]:
     except RuntimeError as error:
         raise ValueError(f"{os.fspath(path)!r}: the weights do not fit the config: {str(error)[:300]}") from None
     return model.eval(), tokenizer, fmt
+
+
+#: The `kind` of a LoRA adapter's checkpoint (`save_lora`).
+LORA_KIND = "gpt_lora"
+
+
+def base_fingerprint(model: nn.Module) -> str:
+    """A SHA-256 of the model's frozen (non-LoRA) weights as float32 bytes, names and all: an adapter saved on
+    one base is refused on any other (`load_lora`). Unmerged LoRA layers count as their base."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        if "lora_" in name:
+            continue
+        digest.update(name.replace(".base.", ".").encode("utf-8"))
+        digest.update(tensor.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def save_lora(model: nn.Module, path: str | os.PathLike[str], **extra: Any) -> None:
+    """Write only a model's LoRA layers: their names, rank, alpha, dropout, A and B, and the fingerprint of
+    the base they were trained on (`base_fingerprint`), a few kilobytes instead of the whole model. The layers
+    must not be merged (the base would then hold the update)."""
+    from transformer_lab._checks import check_plain_data
+
+    modules = _lora_or_error(model)
+    if any(m.merged for m in modules.values()):
+        raise ValueError("the LoRA layers are merged: unmerge_lora(model) before save_lora (the base must be clean)")
+    for key, value in extra.items():
+        if key in ("kind", "layers", "base_fingerprint"):
+            raise ValueError(f"extra data may not be called {key!r}: the checkpoint uses that key itself")
+        check_plain_data(key, value)
+    layers = {
+        name: {"rank": m.rank, "alpha": m.alpha, "dropout": m.lora_dropout.p, "A": m.lora_A.detach().cpu(),
+               "B": m.lora_B.detach().cpu()}
+        for name, m in modules.items()
+    }  # fmt: skip
+    torch.save({"kind": LORA_KIND, "layers": layers, "base_fingerprint": base_fingerprint(model), **extra}, path)
+
+
+def load_lora(base: nn.Module, path: str | os.PathLike[str]) -> nn.Module:
+    """Put the LoRA layers of a `save_lora` file on `base` (changed in place, and returned): the same layers,
+    rank, alpha and dropout, A and B. The base must be the one the adapter was trained on (the fingerprint
+    says), since A and B only mean something on top of it."""
+    if not isinstance(base, nn.Module):
+        raise TypeError(
+            f"base must be the model the adapter was trained on (an nn.Module), got {type(base).__name__}: a LoRA "
+            "checkpoint holds only A and B, not the model"
+        )
+    if not isinstance(path, (str, os.PathLike)) or not os.path.isfile(path):
+        raise FileNotFoundError(f"no LoRA checkpoint at path {path!r}")
+    data = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(data, dict) or data.get("kind") != LORA_KIND:
+        raise ValueError(f"{os.fspath(path)!r} is not a LoRA checkpoint (write one with save_lora)")
+    if lora_modules(base):
+        raise ValueError("base already has LoRA layers: load the adapter on the plain base model")
+    if base_fingerprint(base) != data["base_fingerprint"]:
+        raise ValueError(
+            f"{os.fspath(path)!r} was trained on another base model (its weights' fingerprint differs): load it on "
+            "the base it was trained on"
+        )
+    for name, layer in data["layers"].items():
+        apply_lora(base, [name], rank=layer["rank"], alpha=layer["alpha"], dropout=layer["dropout"])
+        module = lora_modules(base)[name]
+        with torch.no_grad():
+            module.lora_A.copy_(layer["A"])
+            module.lora_B.copy_(layer["B"])
+    for module in lora_modules(base).values():  # apply_lora froze all but the newest layer's A and B
+        module.lora_A.requires_grad_(True)
+        module.lora_B.requires_grad_(True)
+    return base
 
 
 # ---------------------------------------------------------------- RL: a group-relative policy gradient
