@@ -120,6 +120,23 @@ def test_moving_the_columns_is_named_in_every_case() -> None:
         assert "the columns moved" in text, text
 
 
+def test_rows_returned_in_their_own_order_are_named_in_every_case() -> None:
+    """A learner who reshapes into pairs and back without swapping two axes returns the weight unchanged. On the
+    vector case that is also what moving the columns gives (a vector has none): this learner is told the rows did
+    not move, not that the columns did."""
+    result = ex.pairs_to_halves.run(lambda weight, n_heads: weight.clone())
+    assert not any(ok for ok, _ in result.lines)
+    for _, text in result.lines:
+        assert "the rows came back in the order they came in" in text, text
+
+
+@pytest.mark.parametrize("answer", [32 * 32 * 8192 * 128 * 2, 2 * 32 * 8 * 8192 * 128 * 4])
+def test_twice_the_cache_names_both_ways_to_get_it(answer: int) -> None:
+    """2 GiB: 4 bytes a number (float32), or the keys alone of the 32 query heads; the message names both."""
+    report = ex.predict_kv_cache_bytes.run(lambda: answer).report()
+    assert "4 bytes a number" in report and "32 query heads" in report, report
+
+
 @pytest.mark.parametrize("qk_norm", [None, "rms"])
 def test_a_pairs_model_with_its_rows_moved_is_the_same_model_in_the_halves_layout(qk_norm: str | None) -> None:
     config = GPTConfig(

@@ -180,7 +180,8 @@ predict_kv_cache_bytes = Exercise(
         _KV_GIB // 2: "one factor of 2 is missing: either the values were left out (the cache keeps a key and a "
         "value for every key/value head and position), or this counts numbers, not bytes (a bfloat16 number takes "
         "2 bytes).",
-        2 * _KV_GIB: "bfloat16 takes 2 bytes a number, not 4.",
+        2 * _KV_GIB: "twice the cache: either 4 bytes a number (float32's; bfloat16 takes 2), or the keys alone of "
+        "all 32 query heads, where the cache keeps a key and a value for each of the 8 key/value heads.",
         _KV_GIB // 32: "that is one layer's cache; each of the 32 layers has its own keys and values.",
         _KV_GIB // 8: "each of the 8 key/value heads keeps keys and values of its own: count every head.",
         1.0: "that is the size in GiB (gibibytes, 2^30 bytes each), not in bytes: the question asks for the number "
@@ -214,6 +215,11 @@ def _pairs_to_halves_one_head(weight, n_heads):  # noqa: ANN001, ANN202
     rows = weight.shape[0]
     w = weight.reshape(rows // 2, 2, *weight.shape[1:])  # the whole matrix as one head
     return w.transpose(0, 1).reshape(weight.shape)
+
+
+def _pairs_to_halves_unchanged(weight, n_heads):  # noqa: ANN001, ANN202
+    d_k = weight.shape[0] // n_heads
+    return weight.reshape(n_heads, d_k // 2, 2, *weight.shape[1:]).reshape(weight.shape)  # no axis swapped
 
 
 def _pairs_to_halves_columns(weight, n_heads):  # noqa: ANN001, ANN202
@@ -259,6 +265,12 @@ pairs_to_halves = Exercise(
             _pairs_to_halves_one_head,
             "the whole matrix was treated as one head: each head's rows must stay inside that head's block, and "
             "each head has its own pairs.",
+        ),
+        Mistake(
+            _pairs_to_halves_unchanged,
+            "the rows came back in the order they came in: reshaping into pairs and back moves nothing until two "
+            "axes are swapped. Within each head, the pairs' first members (rows 0, 2, 4, ...) go first, then their "
+            "second members (rows 1, 3, 5, ...).",
         ),
         Mistake(
             _pairs_to_halves_columns,
