@@ -842,3 +842,21 @@ def test_save_and_load_lora_on_its_base_only(tmp_path) -> None:  # noqa: ANN001
     ft.merge_lora(model)
     with pytest.raises(ValueError, match="merged"):
         ft.save_lora(model, tmp_path / "merged.pt")
+
+
+# ---------------------------------------------------------------- the benchmarks' measures
+
+
+def test_poem_rates_and_diversity_on_hand_made_samples() -> None:
+    require(HAS_PYPINYIN, PYPINYIN_REASON)
+    texts = [JINGYE, NO_RHYME, None, "床前明月光"]
+    heads = ["床疑举低", "春夏秋冬", "春夏秋冬", "床疑举低"]
+    assert ft.poem_rates(texts, heads) == {"form": 0.5, "acrostic": 0.5, "rhyme": 0.25, "all": 0.25}
+    training = {"床前明月光", "疑是地上霜"}
+    measured = ft.diversity([JINGYE, JINGYE, NO_RHYME, None], training)
+    # lines: 4 of JINGYE twice and 4 of NO_RHYME: 8 distinct of 12; copied: 2 lines x 2 of 12; ends: 乡 霜 红 银
+    assert measured["distinct"] == pytest.approx(8 / 12) and measured["copied"] == pytest.approx(4 / 12)
+    assert measured["last_chars"] == pytest.approx(4 / 6)
+    assert math.isnan(ft.diversity([None], training)["distinct"])
+    with pytest.raises(ValueError, match="one length"):
+        ft.poem_rates(texts, heads[:2])

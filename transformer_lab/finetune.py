@@ -17,6 +17,7 @@ policy gradient, and rewards a program checks.
     poem_lines / in_form / acrostic / rhymes   藏头诗's checks, plain functions of the text (the rewards)
     rhyme_class(char)                          the character's class in 中华新韵 (14 classes), by pypinyin
     held_out_poems / quatrains_of / sft_splits SFT data from the corpus, split by poem (test: unseen in pretraining)
+    poem_rates / diversity                     the benchmarks' shares: form, acrostic, rhyme, all; distinct, copied
 
 Shape legend: B batch, T length, D d_model, V vocabulary size, r LoRA's rank, G samples per prompt (a group),
 P prompts.
@@ -82,6 +83,8 @@ __all__ = [
     "make_examples",
     "sft_splits",
     "continuation_checks",
+    "poem_rates",
+    "diversity",
 ]
 
 
@@ -1220,3 +1223,40 @@ def continuation_checks(first_line: str, response: str) -> dict[str, bool]:
     checks = {"form": in_form(poem), "rhyme": rhymes(poem), "new": first_line not in response}
     checks["all"] = all(checks.values())
     return checks
+
+
+# ---------------------------------------------------------------- what the benchmarks measure
+
+
+def poem_rates(texts: Sequence[str | None], heads: Sequence[str]) -> dict[str, float]:
+    """The share of samples passing each check of `poem_checks` ("form", "acrostic", "rhyme", "all"); a sample
+    that could not be decoded (None, see `Rollout.texts`) fails them all."""
+    if len(texts) != len(heads) or not texts:
+        raise ValueError(
+            f"texts and heads must be two non-empty lists of one length, got {len(texts)} and {len(heads)}"
+        )
+    totals = dict.fromkeys(("form", "acrostic", "rhyme", "all"), 0)
+    for text, head in zip(texts, heads, strict=True):
+        if text is None:
+            _check_heads(head)
+            continue
+        for name, passed in poem_checks(text, head).items():
+            totals[name] += passed
+    return {name: count / len(texts) for name, count in totals.items()}
+
+
+def diversity(texts: Sequence[str | None], training_lines: set[str] | frozenset[str]) -> dict[str, float]:
+    """How varied samples are, and how much they copy: over every line (`poem_lines`, non-empty) of the samples,
+    "distinct": the share of lines that differ from each other (distinct lines / lines), "copied": the share of
+    lines that stand in `training_lines` (e.g. every line of SFT's training poems), "last_chars": distinct last
+    characters of lines 2 and 4 / their number (a rhyme-only reward games this one: the same rhyme everywhere).
+    Undecodable samples (None) are skipped. NaN where there is no line."""
+    split = [poem_lines(text) for text in texts if text is not None]
+    lines = [line for poem in split for line in poem if line]
+    ends = [poem[i][-1] for poem in split if len(poem) == 4 for i in (1, 3) if poem[i]]  # lines 2 and 4
+    nan = float("nan")
+    return {
+        "distinct": len(set(lines)) / len(lines) if lines else nan,
+        "copied": sum(line in training_lines for line in lines) / len(lines) if lines else nan,
+        "last_chars": len(set(ends)) / len(ends) if ends else nan,
+    }
