@@ -26,7 +26,7 @@ from support import require_sandbox
 from test_classroom import NOTEBOOKS, ROOT, classroom
 
 from transformer_lab.exercises.core import compare
-from transformer_lab.exercises.grading import hidden_inputs
+from transformer_lab.exercises.grading import hidden_inputs, submission_secret
 
 CHAPTERS = [p for p in NOTEBOOKS if p.name[:2] in ("02", "04")]
 SECRET = 20261123
@@ -62,14 +62,15 @@ def renamed_source(function: object, name: str) -> str:
     return re.sub(r"^def \w+\(", f"def {name}(", source, count=1, flags=re.M)
 
 
-def fair_points(exercise, candidate, points: float) -> float:
-    """What a fair teacher gives: each hidden case passed earns its share."""
+def fair_points(exercise, candidate, points: float, secret: int = SECRET) -> float:
+    """What a fair teacher gives: each hidden case passed earns its share. `secret`: the submission's
+    (`grading.submission_secret` of the class's secret, the student and the answer cells)."""
     passed = 0
     for index, case in enumerate(exercise.cases):
-        inputs = hidden_inputs(exercise, index, SECRET)
+        inputs = hidden_inputs(exercise, index, secret)
         try:
             with torch.no_grad():
-                got = exercise._run(candidate, *hidden_inputs(exercise, index, SECRET))
+                got = exercise._run(candidate, *hidden_inputs(exercise, index, secret))
         except Exception:
             continue
         expected = exercise._run(exercise.reference, *inputs)
@@ -125,7 +126,8 @@ def klass(tmp_path_factory):
         for answer, function, exercise, points in plan:
             wrong = exercise.mistakes[0].answer if exercise.mistakes else exercise.wrong[0]
             cells[answer]["source"] = renamed_source(wrong, function)
-            total += fair_points(exercise, wrong, points)
+            secret = submission_secret(SECRET, "cy", [cells[answer]["source"]])  # cy's own hidden inputs
+            total += fair_points(exercise, wrong, points, secret)
         put(subs / "cy", path.stem + " (1).ipynb", mistakes)
         expected.setdefault("cy", {})[path.stem] = round(total, 4)
         # dan: every answer calls the finished version (the exercise's own reference)

@@ -362,7 +362,8 @@ def graded(tmp_path_factory):
     cells_by_id(mistake)[cell_id]["source"] = NAN_ON_CONSTANT
     namespace: dict = {}
     exec("import torch\n" + NAN_ON_CONSTANT, namespace)  # noqa: S102 - the test's own wrong answer
-    cy_layer_norm = fair_points(exercise, namespace["layer_norm"], points)
+    own = grading.submission_secret(SECRET, "cy", [NAN_ON_CONSTANT])  # cy's own hidden inputs
+    cy_layer_norm = fair_points(exercise, namespace["layer_norm"], points, own)
     expected["cy"] = {
         path.stem: sum(p for *_, p in plan) - points + cy_layer_norm,
         plans["01"][0].stem: sum(p for *_, p in plans["01"][1]),

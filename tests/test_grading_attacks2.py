@@ -523,3 +523,90 @@ def test_the_static_check_allows(name):
     from transformer_lab.exercises import policy
 
     assert policy.refusals(HONEST[name]) == []
+
+
+# ------------------------------------------------------------------ hidden cases stay hidden
+
+
+def _moved(exercise, secret):
+    from transformer_lab.exercises import grading
+
+    return [grading._sent_leaves(exercise, i, secret) for i in range(len(exercise.cases))]
+
+
+def test_hidden_inputs_are_drawn_per_student_and_per_submission():
+    import torch
+
+    from transformer_lab.exercises import ch01_attention, grading
+
+    exercise = ch01_attention.softmax_rows
+    first = grading.submission_secret(5, "ada", [SOFTMAX])
+    assert grading.submission_secret(5, "ada", [SOFTMAX]) == first  # a re-grade meets the same inputs
+    others = (
+        grading.submission_secret(5, "bob", [SOFTMAX]),  # another student
+        grading.submission_secret(5, "ada", [SOFTMAX + "# a table built from round one\n"]),  # a changed answer
+        grading.submission_secret(6, "ada", [SOFTMAX]),  # another class
+    )
+    assert len({first, *others}) == 4
+    base = _moved(exercise, first)
+    assert sum(leaves is not None for leaves in base) >= len(exercise.cases) - 2
+    for other in others:
+        for mine, theirs in zip(base, _moved(exercise, other), strict=True):
+            if mine is not None:
+                assert theirs is not None and not all(torch.equal(a, b) for a, b in zip(mine, theirs, strict=True))
+
+
+def test_hide_values_keeps_what_is_wrong_and_where_but_no_value():
+    from transformer_lab.exercises import grading
+
+    text = "output has wrong values at 90 of 90 positions; the largest error is at index (1, 3, 3): expected 17.1886, got -3.9e-05."
+    hidden = grading.hide_values(text)
+    assert "(1, 3, 3)" in hidden and "90 of 90" in hidden
+    assert "17.1886" not in hidden and "3.9e-05" not in hidden and "9e" not in hidden
+    assert "1234" not in grading.hide_values("ValueError: [12345, 0.5, nan]")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "answer",
+    [
+        pytest.param("def softmax_rows(x):\n    raise ValueError(repr(x.tolist()))\n", id="error_carries_the_input"),
+        pytest.param("def softmax_rows(x):\n    return x * 0\n", id="feedback_would_show_expected"),
+        pytest.param("def softmax_rows(x):\n    return x\n", id="got_value_is_the_input"),
+        pytest.param(
+            "def softmax_rows(x):\n    raise ValueError(str((x * 1e6).long().tolist()))\n", id="input_as_integers"
+        ),
+    ],
+)
+def test_feedback_shows_no_hidden_input_and_no_hidden_expected_value(session, answer):
+    import re
+
+    from transformer_lab.exercises import ch01_attention
+
+    grade = _run(session, answer)
+    moved = _moved(ch01_attention.softmax_rows, 7)
+    assert grade.points == 0
+    from transformer_lab.i18n import text as shown
+
+    for (_, text), leaves, case in zip(grade.cases, moved, ch01_attention.softmax_rows.cases, strict=True):
+        if leaves is not None:
+            said = text.replace(shown(case.name), "", 1)  # the case's visible name may hold numbers ("about 2000")
+            assert not re.search(r"\d\.\d|\d{4,}", said), text
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "answer",
+    [
+        pytest.param(
+            "def softmax_rows(x):\n    return torch.sparse.softmax(x.to_sparse(), -1).to_dense()\n", id="sparse_softmax"
+        ),
+        pytest.param("def softmax_rows(x):\n    return torch.masked.softmax(x, -1)\n", id="masked_softmax"),
+    ],
+)
+def test_public_fused_kernels_score_nothing(session, answer):
+    from transformer_lab.exercises import policy
+
+    assert policy.refusals(answer) == []  # public API: only the operator record sees the kernel
+    grade = _run(session, answer)
+    assert grade.points == 0 and (grade.fused or grade.shortcut), _said(grade)  # blocked, or its kernel recorded

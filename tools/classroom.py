@@ -712,7 +712,8 @@ SECRET_FILE = ".grading_secret"  # inside the course directory: the class's one 
 
 def class_secret(course_dir: pathlib.Path) -> int:
     """The class's secret, made on first use and kept (readable by the teacher only): a re-grade of the same
-    submissions draws the same hidden cases and gives the same grades. It never enters a sandbox."""
+    submissions draws the same hidden cases and gives the same grades (each submission's own, drawn from this
+    secret, the student and its answer cells: `grading.submission_secret`). It never enters a sandbox."""
     path = course_dir / SECRET_FILE
     if path.exists():
         return int(path.read_text().strip())
@@ -764,6 +765,7 @@ def grade_one(
             session=session,
             sandbox=sandbox,
             chapter_timeout=chapter_timeout,
+            student=student,
         )
         record["problems"] += result.problems
         for grade_id, grade in result.exercises:

@@ -77,7 +77,19 @@ __all__ = [
 #: the other, so the reference would answer other inputs than the student's function did in its sandbox.
 _REFERENCE_LOCK = threading.Lock()
 
-_SOFTMAX = {"_softmax", "_log_softmax", "_safe_softmax", "softmax", "log_softmax", "logsumexp"}
+_SOFTMAX = {
+    "_softmax",
+    "_log_softmax",
+    "_safe_softmax",
+    "softmax",
+    "log_softmax",
+    "logsumexp",
+    "_masked_softmax",
+    "_sparse_softmax",
+    "_sparse_log_softmax",
+    "_sparse_csr_softmax",
+}
+_DISTANCES = {"_cdist_forward", "cdist", "_euclidean_dist", "pairwise_distance", "_pdist_forward", "pdist"}
 _SDPA = {
     "scaled_dot_product_attention",
     "_scaled_dot_product_attention_math",
@@ -109,11 +121,11 @@ _NORMS = {
 #: any honest way of building the answer from smaller operators stays allowed. Exercises not named here
 #: (predict exercises, and those whose answer no single kernel computes) deny none.
 FUSED_KERNELS: dict[str, frozenset[str]] = {
-    "squared_lengths": frozenset({"linalg_vector_norm", "norm", "frobenius_norm"}),
+    "squared_lengths": frozenset({"linalg_vector_norm", "norm", "frobenius_norm"} | _DISTANCES),
     "softmax_rows": frozenset(_SOFTMAX),
     "attention": frozenset(_SDPA),
-    "distance_attention": frozenset(_SDPA | {"_cdist_forward", "cdist", "_euclidean_dist", "pairwise_distance"}),
-    "masked_softmax": frozenset(_SDPA | {"_masked_softmax"}),
+    "distance_attention": frozenset(_SDPA | _DISTANCES),
+    "masked_softmax": frozenset(_SDPA | {"_masked_softmax", "_sparse_softmax", "_sparse_log_softmax"}),
     "grouped_query_attention": frozenset(_SDPA),
     "masked_batch_norm": frozenset(_NORMS),
     "layer_norm": frozenset(_NORMS),
@@ -131,6 +143,26 @@ FUSED_KERNELS: dict[str, frozenset[str]] = {
 def _seed(secret: int, *parts: object) -> int:
     digest = hashlib.sha256(repr((secret, *parts)).encode()).digest()
     return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+def submission_secret(secret: int, student: str, cells: list[str]) -> int:
+    """The seed of one submission's hidden cases of one exercise: the class's secret, the student and a hash of
+    the exercise's answer cells. A re-grade of the same submission draws the same inputs (the same grade); a
+    changed answer meets new ones, so a table of answers built from one round's feedback is worth nothing in
+    the next, and two students never share hidden inputs."""
+    digest = hashlib.sha256("\0".join(cells).encode("utf-8", "surrogatepass")).hexdigest()
+    return _seed(secret, "submission", student, digest)
+
+
+#: a number that could carry a hidden input or a hidden expected value out through the feedback: one with a
+#: decimal point or an exponent, or one of four digits or more (shapes, counts and indices stay)
+_VALUE = re.compile(r"[-+]?(?:\d+\.\d*|\.\d+|\d+(?=[eE][-+]?\d))(?:[eE][-+]?\d+)?|\d{4,}|\b(?:nan|inf)\b")
+
+
+def hide_values(text: str) -> str:
+    """A message about a hidden case without its values: every number that could be an input or an expected
+    value is replaced by "…" (the feedback says what is wrong and where, not the hidden numbers)."""
+    return _VALUE.sub("…", text)
 
 
 def _move(value: Tensor, generator: torch.Generator, mode: str) -> Tensor:
@@ -546,10 +578,13 @@ def grade_exercise(
         if case.raises is not None:
             ok = case.raises.__name__ in entry.get("error_types", [])
             problem = None if ok else (entry["error"] or _m("run.should_raise", error=case.raises.__name__))
+            problem = hide_values(problem) if problem and leaves[index] is not None else problem
             grade.cases.append((ok, name if ok else _m("check.case_problem", case=name, problem=problem)))
             continue
+        hidden = leaves[index] is not None  # its inputs were moved: its values stay out of the feedback
         if entry["error"]:
-            grade.cases.append((False, _m("check.case_problem", case=name, problem=entry["error"])))
+            problem = hide_values(entry["error"]) if hidden else entry["error"]
+            grade.cases.append((False, _m("check.case_problem", case=name, problem=problem)))
             continue
         with _REFERENCE_LOCK:  # one grader thread at a time (see _REFERENCE_LOCK)
             inputs = hidden_inputs(exercise, index, secret)
@@ -560,6 +595,8 @@ def grade_exercise(
             problem = _m("grading.unsupported", what=value["__unsupported__"])
         else:
             problem = exercise.compare(value, expected, case)
+            if problem is not None and hidden:
+                problem = hide_values(problem)
             if problem is not None and exercise.kind == "predict":
                 problem = exercise._explain_wrong(value)
             elif problem is not None:  # a known mistake's symptom: recognised here, never in the sandbox
@@ -751,6 +788,7 @@ def grade_notebook(
     session: GradingSession | None = None,
     sandbox: StudentSandbox | None = None,
     chapter_timeout: float | None = None,
+    student: str = "",
 ) -> NotebookGrade:
     """Grade one submitted chapter against the teacher's source notebook (both as JSON dicts).
 
@@ -761,7 +799,8 @@ def grade_notebook(
     before it. Never a check cell, never any other cell of the student's notebook, never an answer cell the
     static check refused (its exercise scores 0), never one too large or too deeply nested to be read (its
     exercise is not graded). `chapter_timeout` (seconds; `chapter_limit(cell_timeout)` if None) bounds the wall
-    clock of the whole chapter: the exercises left when it is spent are not graded.
+    clock of the whole chapter: the exercises left when it is spent are not graded. Each exercise's hidden
+    cases are drawn from `submission_secret(secret, student, its answer cells)`.
     """
     deadline = time.monotonic() + (chapter_limit(cell_timeout) if chapter_timeout is None else chapter_timeout)
     session = sandbox.session if sandbox is not None else session or default_session()
@@ -851,7 +890,7 @@ def grade_notebook(
                         match.group(2),
                         setup + answers,
                         points,
-                        secret,
+                        submission_secret(secret, student, own),
                         cell_timeout,
                         server=student.server(),
                         deadline=deadline,
