@@ -14,6 +14,7 @@ policy gradient, and rewards a program checks.
     group_advantages(rewards, z_score)         reward minus its group's mean (divided by the group's std)
     policy_gradient_loss(...)                  the group-relative policy gradient objective, token-level
     sample_groups / response_logprobs          G samples per prompt in one batch with the KV cache; their log-probs
+    generate_forced_heads                      constrained decoding: each line's first character forced (stage b)
     poem_lines / in_form / acrostic / rhymes   藏头诗's checks, plain functions of the text (the rewards)
     rhyme_class(char)                          the character's class in 中华新韵 (14 classes), by pypinyin
     held_out_poems / quatrains_of / sft_splits SFT data from the corpus, split by poem (test: unseen in pretraining)
@@ -67,6 +68,7 @@ __all__ = [
     "Rollout",
     "sample_groups",
     "response_logprobs",
+    "generate_forced_heads",
     "RHYME_TABLE",
     "rhyme_class",
     "poem_lines",
@@ -968,6 +970,78 @@ def response_logprobs(model: nn.Module, rollout: Rollout) -> Tensor:
     logits = model(flat[:, :-1])  # (P G, L + N - 1, V)
     logprobs = token_logprobs(logits, flat[:, 1:])  # (P G, L + N - 1)
     return logprobs[:, rollout.prompt_length - 1 :].reshape(prompts_n, group, -1)  # (P, G, N)
+
+
+@torch.no_grad()
+def generate_forced_heads(
+    model: nn.Module,
+    idx: Tensor,
+    heads: Sequence[str],
+    tokenizer: Any,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """Sample a continuation of each prompt in which every line BEGINS with the asked head: the first new token,
+    and the token after each "，" or "。", is replaced by the next head until the four are placed (constrained
+    decoding, chapter 13's stage b). Acrostic by construction, whatever the model: this is not instruction
+    following (the model is never asked, it is overruled), and the rest of each line is written after a head
+    the model may find unlikely. With the KV cache: the prompts run once, then one token per step.
+
+    Args:
+        idx: (B, T0) prompts of one length (any prompt: a base model's one-shot example, or an SFT prompt).
+        heads: B strings of four characters.
+        max_new_tokens: T0 + max_new_tokens must fit in block_size.
+        temperature: 0 is greedy (the most likely token); top_k, generator: as `GPT.generate`.
+
+    Returns:
+        (B, T0 + max_new_tokens) tokens.
+    """
+    from transformer_lab.gpt import filter_logits
+
+    if not isinstance(idx, Tensor) or idx.dim() != 2 or len(heads) != idx.shape[0]:
+        raise ValueError(
+            f"idx must be (B, T0) token ids and heads B strings, got {getattr(idx, 'shape', None)}, {len(heads)}"
+        )
+    for head in heads:
+        _check_heads(head)
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens <= 0:
+        raise ValueError(f"max_new_tokens must be a positive int, got {max_new_tokens!r}")
+    if idx.shape[1] + max_new_tokens > model.config.block_size:
+        raise ValueError(
+            f"max_new_tokens={max_new_tokens} after {idx.shape[1]} prompt tokens passes block_size="
+            f"{model.config.block_size}; use at most {model.config.block_size - idx.shape[1]}"
+        )
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or temperature < 0:
+        raise ValueError(f"temperature must be a number >= 0 (0: greedy), got {temperature!r}")
+    head_ids = torch.stack([torch.as_tensor(tokenizer.encode(h)).reshape(4) for h in heads]).to(idx.device)  # (B, 4)
+    marks = torch.as_tensor(tokenizer.encode("，。")).to(idx.device)  # (2,)
+    rows = torch.arange(idx.shape[0], device=idx.device)
+    placed = torch.zeros(idx.shape[0], dtype=torch.long, device=idx.device)  # heads placed so far, per row
+    at_line_start = torch.ones(idx.shape[0], dtype=torch.bool, device=idx.device)
+    was_training = model.training
+    model.eval()
+    try:
+        cache = model.new_cache()
+        logits = model(idx, cache)[:, -1]  # (B, V)
+        tokens = idx
+        for step in range(max_new_tokens):
+            if step > 0:
+                logits = model(tokens[:, -1:], cache)[:, -1]  # (B, V): only the newest token runs
+            if temperature == 0:
+                sampled = logits.argmax(-1)  # (B,)
+            else:
+                probs = filter_logits(logits / temperature, top_k).softmax(-1)  # (B, V)
+                sampled = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
+            force = at_line_start & (placed < 4)
+            token = torch.where(force, head_ids[rows, placed.clamp(max=3)], sampled)  # (B,)
+            placed += force.long()
+            at_line_start = torch.isin(token, marks)
+            tokens = torch.cat([tokens, token[:, None]], dim=1)  # (B, T + 1)
+    finally:
+        model.train(was_training)
+    return tokens
 
 
 # ---------------------------------------------------------------- rewards: 藏头诗, checked by a program
