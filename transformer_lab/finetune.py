@@ -17,8 +17,13 @@ policy gradient, and rewards a program checks.
     generate_forced_heads                      constrained decoding: each line's first character forced (stage b)
     poem_lines / in_form / acrostic / rhymes   藏头诗's checks, plain functions of the text (the rewards)
     rhyme_class(char)                          the character's class in 中华新韵 (14 classes), by pypinyin
-    held_out_poems / quatrains_of / sft_splits SFT data from the corpus, split by poem (test: unseen in pretraining)
+    pretraining_poems / make_examples / sft_splits   SFT data from the corpus, split by poem (test: unseen before)
     poem_rates / diversity                     the benchmarks' shares: form, acrostic, rhyme, all; distinct, copied
+
+Tested (tests/test_finetune.py): LoRA equal to Hugging Face PEFT on a Llama read by `tl.hf.from_hf` (logits and
+A, B gradients to 1e-10 in float64, merged weights to 1e-12); the RL objective equal to a loop implementation;
+the rewards on hand-made poems; on the Tang corpus 77.7 % of the five-character quatrains rhyme on lines 2 and 4
+under the rhyme table (`corpus_rhyme_rate`).
 
 Shape legend: B batch, T length, D d_model, V vocabulary size, r LoRA's rank, G samples per prompt (a group),
 P prompts.
