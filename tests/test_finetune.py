@@ -23,7 +23,7 @@ from transformer_lab import hf
 HAS_PEFT = all(importlib.util.find_spec(m) is not None for m in ("transformers", "peft"))
 PEFT_REASON = "transformers and peft are not installed (pip install -r requirements-test.txt)"
 HAS_PYPINYIN = importlib.util.find_spec("pypinyin") is not None
-PYPINYIN_REASON = "pypinyin is not installed (pip install pypinyin)"
+PYPINYIN_REASON = "pypinyin is not installed (pip install -r requirements-test.txt)"
 # PEFT calls a transformers method that transformers 5 deprecates; not ours to fix.
 pytestmark = pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")
 V, LENGTH = 61, 24
