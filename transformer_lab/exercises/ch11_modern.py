@@ -376,11 +376,6 @@ def _muon_factor_no_max(weight, grad, buffer, lr, momentum=0.95):  # noqa: ANN00
     return weight - lr * math.sqrt(weight.shape[0] / weight.shape[1]) * _ns(u), m
 
 
-def _muon_through_float32(weight, grad, buffer, lr, momentum=0.95):  # noqa: ANN001, ANN202
-    w, m = _published_step(weight.float(), grad.float(), buffer.float(), lr, momentum)  # float32 all along
-    return w.to(weight.dtype), m.to(weight.dtype)
-
-
 def _muon_ascent(weight, grad, buffer, lr, momentum=0.95):  # noqa: ANN001, ANN202
     m = momentum * buffer + (1 - momentum) * grad
     u = (1 - momentum) * grad + momentum * m
@@ -400,14 +395,6 @@ def _ns(update: Tensor, normalise: bool = True) -> Tensor:
         gram = x @ x.T
         x = 3.4445 * x + (-4.7750 * gram + 2.0315 * gram @ gram) @ x
     return x.T if update.shape[0] > update.shape[1] else x
-
-
-def _published_step(weight: Tensor, grad: Tensor, buffer: Tensor, lr: float, momentum: float) -> tuple:
-    """The reference's step from the helpers above, for `_run_muon` (which may not call the reference: the check
-    watches for calls into it while the candidate runs)."""
-    m = momentum * buffer + (1 - momentum) * grad
-    u = (1 - momentum) * grad + momentum * m
-    return weight - lr * _scale(weight) * _ns(u), m
 
 
 def _muon_with_package(weight, grad, buffer, lr, momentum=0.95):  # noqa: ANN001, ANN202
@@ -507,7 +494,7 @@ def _run_muon(
     answer is returned as it is, and the check shows where it differs from torch's."""
     got = candidate(weight, grad, buffer, lr, momentum)
     if torch_result is None:
-        return _as_float32_slip(got, weight, grad, buffer, lr, momentum)
+        return got
     if not (isinstance(got, (tuple, list)) and len(got) == 2 and all(isinstance(t, Tensor) for t in got)):
         return got
     new_weight, new_buffer = got
@@ -521,27 +508,6 @@ def _run_muon(
     close_update = bool((mine - theirs).norm() <= TORCH_RTOL * theirs.norm())
     close_buffer = torch.allclose(new_buffer.detach().double(), torch_buffer.double(), rtol=1e-5, atol=1e-6)
     return (torch_weight.clone(), torch_buffer.clone()) if close_update and close_buffer else got
-
-
-def _as_float32_slip(got: Any, weight: Tensor, grad: Tensor, buffer: Tensor, lr: float, momentum: float) -> Any:
-    """A float64 case: an answer that misses the published update by float32's rounding only (a .float(), or a
-    constant made as a float32 tensor, such as torch.tensor(3.4445)) is returned as `_muon_through_float32`'s
-    result, so that the check names that slip instead of showing two numbers equal to six digits. Any other
-    answer is returned as it is; so is this one where that result would pass the case (it never does: tested)."""
-    if weight.dtype != torch.float64 or not (isinstance(got, (tuple, list)) and len(got) == 2):
-        return got
-    if not all(isinstance(t, Tensor) and t.shape == weight.shape and t.is_floating_point() for t in got):
-        return got
-    exact = _published_step(weight, grad, buffer, lr, momentum)
-    mine = [t.detach().double() for t in got]
-    if all(torch.allclose(a, b, rtol=1e-9, atol=1e-9) for a, b in zip(mine, exact, strict=True)):
-        return got  # right to float64's precision
-    if not all(torch.allclose(a, b, rtol=1e-5, atol=1e-7) for a, b in zip(mine, exact, strict=True)):
-        return got  # a different mistake, far beyond rounding
-    slip = _muon_through_float32(weight, grad, buffer, lr, momentum)
-    if all(torch.allclose(a, b, rtol=1e-9, atol=1e-9) for a, b in zip(slip, exact, strict=True)):
-        return got
-    return slip
 
 
 muon_update = Exercise(
@@ -604,13 +570,6 @@ muon_update = Exercise(
             _muon_factor_no_max,
             "the wide matrix's step was scaled down: the factor never goes below 1, sqrt(max(1, out / in)); a "
             "matrix with fewer rows than columns keeps 1.",
-        ),
-        Mistake(
-            _muon_through_float32,
-            "your step agrees with the published one to about seven digits, float32's precision, and no further: "
-            "somewhere it went through float32 (a .float(), or a tensor made without dtype=, such as "
-            "torch.tensor(3.4445) or torch.zeros(n), which are float32). Compute in the inputs' dtype: the float64 "
-            "cases compare to 1e-9.",
         ),
         Mistake(
             _muon_ascent,
