@@ -271,6 +271,11 @@ def test_the_student_folder_holds_what_a_student_needs(klass):
     assets = {p.name for p in (out / "transformer_lab" / "assets").iterdir()}
     assert "dates_model.pt" not in assets and not any(a.endswith("tinyshakespeare.txt") for a in assets)
     assert (out / "transformer_lab" / "exercises" / "expected.pt").is_file()
+    stored = torch.load(out / "transformer_lab" / "exercises" / "expected.pt", weights_only=False)
+    handed = {
+        exercise.reference.__module__.rsplit(".", 1)[-1] for p in CHAPTERS for _, _, exercise, _ in exercises_of(p)
+    }
+    assert stored and {key.split(".", 1)[0] for key in stored} == handed  # no answer of a chapter not handed out
     module = (
         out
         / "transformer_lab"

@@ -610,3 +610,24 @@ def test_public_fused_kernels_score_nothing(session, answer):
     assert policy.refusals(answer) == []  # public API: only the operator record sees the kernel
     grade = _run(session, answer)
     assert grade.points == 0 and (grade.fused or grade.shortcut), _said(grade)  # blocked, or its kernel recorded
+
+
+def test_the_student_version_holds_the_answers_of_the_chapters_handed_out_only(tmp_path):
+    import torch
+
+    store = tmp_path / "expected.pt"
+    torch.save(
+        {
+            "ch01_attention.softmax_rows": [torch.ones(2)],
+            "ch01_attention.predict_zero_query.why": b"x",
+            "ch04_normalization.layer_norm": [torch.ones(1)],
+            "ch12_tokens.merge": ["sealed"],
+        },
+        store,
+    )
+    assert classroom.keep_stored_answers(store, {"ch01_attention"}) == 2
+    assert sorted(torch.load(store, weights_only=False)) == [
+        "ch01_attention.predict_zero_query.why",
+        "ch01_attention.softmax_rows",
+    ]
+    assert classroom.exercise_modules([TEACHER]) == {"ch01_attention"}

@@ -389,6 +389,27 @@ def copy_package(dest: pathlib.Path, chapters: Sequence[pathlib.Path], with_solu
             shutil.copy2(module, dest / "transformer_lab" / "exercises" / module.name)
     if not with_solutions:
         strip_solutions(dest / "transformer_lab")
+        keep_stored_answers(dest / "transformer_lab" / "exercises" / "expected.pt", exercise_modules(chapters))
+
+
+_EXERCISE_IMPORT = re.compile(r"from transformer_lab\.exercises import (ch\w+) as exercises")
+
+
+def exercise_modules(chapters: Sequence[pathlib.Path]) -> set[str]:
+    """The exercise modules (`ch01_attention`, ...) that the chapters' notebooks import as `exercises`."""
+    return {m.group(1) for path in chapters for m in _EXERCISE_IMPORT.finditer(path.read_text(encoding="utf-8"))}
+
+
+def keep_stored_answers(store: pathlib.Path, modules: set[str]) -> int:
+    """Keep in the student version's stored answers (`expected.pt`) only those of the exercise modules handed
+    out: a chapter not handed out yet has none of its answers (sealed or not) in the students' hands. Returns
+    how many entries were left out."""
+    import torch
+
+    stored = torch.load(store, weights_only=False)  # the file strip_solutions just wrote, in our own folder
+    kept = {key: value for key, value in stored.items() if key.split(".", 1)[0] in modules}
+    torch.save(kept, store)
+    return len(stored) - len(kept)
 
 
 def strip_solutions(package: pathlib.Path) -> None:
