@@ -66,8 +66,10 @@ def test_zh_makes_the_chinese_copy_and_a_chinese_interface_kept_once_changed(tmp
     assert cli.main(["lab", "--language", "zh", "--dir", str(folder)]) == 0
     assert sorted(p.name for p in (folder / "zh").glob("[0-9][0-9]_*.ipynb")) == CHAPTERS_ZH
     assert jupyter[0][0] == str(folder.resolve() / "zh" / "00_start_here.ipynb")
-    settings = Path(os.environ["JUPYTERLAB_SETTINGS_DIR"])
+    option = "--LabApp.user_settings_dir="
+    (settings,) = [Path(a.removeprefix(option)) for a in jupyter[0] if a.startswith(option)]
     assert settings == folder.resolve() / ".jupyter-zh" / "user-settings"
+    assert "JUPYTERLAB_SETTINGS_DIR" not in os.environ  # for that server only, not the rest of this process
     plugin = settings / "@jupyterlab" / "translation-extension" / "plugin.jupyterlab-settings"
     assert json.loads(plugin.read_text(encoding="utf-8")) == {"locale": "zh_CN"}
     plugin.write_text('{"locale": "en"}\n', encoding="utf-8")  # the learner chose English in Settings > Language
@@ -131,9 +133,11 @@ def test_a_dir_that_is_a_file_is_one_sentence(tmp_path, jupyter, capsys):
 
 
 def reachable_by_others(path: Path) -> bool:
-    """Whether a user other than the owner may run `path` (every folder above it and the file itself: o+x)."""
-    path = path.resolve()
-    return all(p.stat().st_mode & 0o001 for p in (path, *path.parents))
+    """Whether a user other than the owner may run `path` (every folder above it and the file itself: o+x), both
+    where it is named and, for a link (a venv's python), where it leads."""
+    return all(
+        p.stat().st_mode & 0o001 for start in (path.absolute(), path.resolve()) for p in (start, *start.parents)
+    )
 
 
 def test_a_read_only_dir_is_one_sentence_and_nothing_is_lost():
@@ -163,7 +167,11 @@ def test_a_read_only_dir_is_one_sentence_and_nothing_is_lost():
             shutil.rmtree(base)
             pytest.skip("running as root, and no Python that the user nobody may run: cannot make a read-only folder")
         if usable[0] != sys.executable:
-            command = [usable[0], "-I", str(ROOT / "transformer_lab" / "workspace.py")]
+            module = ROOT / "transformer_lab" / "workspace.py"
+            if not (reachable_by_others(module.parent) and module.stat().st_mode & 0o004):
+                shutil.rmtree(base)
+                pytest.skip(f"running as root, and the user nobody may not read {module}: cannot run the command")
+            command = [usable[0], "-I", str(module)]
     try:
         run = subprocess.run(
             [*command, "--dir", str(folder), "--no-browser"],
@@ -214,3 +222,21 @@ def test_as_root_it_says_why_and_how_to_go_on(tmp_path, jupyter, monkeypatch, ca
     assert not (tmp_path / "c").exists() and not jupyter
     assert cli.main(["lab", "--dir", str(tmp_path / "c"), "--allow-root"]) == 0
     assert "--allow-root" in jupyter[0]
+
+
+def test_a_deleted_chapter_00_does_not_hide_what_was_kept(tmp_path, jupyter, capsys, monkeypatch):
+    """Without chapter 00 a run counts as a first one (every chapter added, said in one line), but a kept chapter
+    whose new version is put beside it is still said."""
+    course, folder = tmp_path / "course", tmp_path / "mine"
+    shutil.copytree(ROOT / "notebooks", course, ignore=shutil.ignore_patterns("solutions", "zh"))
+    monkeypatch.setattr(workspace, "course_notebooks", lambda language: course)
+    assert cli.main(["lab", "--dir", str(folder)]) == 0
+    mine = folder / CHAPTERS[1]
+    mine.write_text(mine.read_text(encoding="utf-8") + " ", encoding="utf-8")
+    (folder / CHAPTERS[0]).unlink()
+    (course / CHAPTERS[1]).write_bytes((course / CHAPTERS[1]).read_bytes() + b"\n")  # the course changes it
+    capsys.readouterr()
+    assert cli.main(["lab", "--dir", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert "never overwritten" in out and ": added" not in out
+    assert "so it was kept as it is" in out and CHAPTERS[1].replace(".ipynb", ".updated.ipynb") in out

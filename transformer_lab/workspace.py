@@ -289,8 +289,9 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     return parser
 
 
-def prepare(folder: Path | None, language: str) -> Path:
-    """Check the folder, make or refresh the working copy of `language`, print what changed; return the copy."""
+def prepare(folder: Path | None, language: str) -> tuple[Path, Path | None]:
+    """Check the folder, make or refresh the working copy of `language`, print what changed; return the copy and,
+    for zh, the JupyterLab settings folder that chooses the Chinese interface (None for en: JupyterLab's own)."""
     _check_language(language)
     source = course_notebooks(language)
     folder = (folder if folder is not None else default_dir()).expanduser().resolve()
@@ -304,16 +305,17 @@ def prepare(folder: Path | None, language: str) -> Path:
             f"the working copy {dest} could not be written ({error.strerror or error}); nothing of yours was "
             "overwritten: free some space or give another --dir."
         ) from None
-    if first:
+    if first:  # every chapter was added: say so once, but never leave out a kept chapter or a set-aside manifest
         print(f"Your working copy of the course is {dest}: your work there is never overwritten.")
-    else:
-        for message in messages:
-            print(message)
+        messages = [message for message in messages if not message.endswith(": added")]
+    for message in messages:
+        print(message)
+    settings = None
     if language == "zh":
         checkout = _checkout()
         earlier = checkout / ".jupyter-zh" / "user-settings" if checkout is not None else None
-        os.environ["JUPYTERLAB_SETTINGS_DIR"] = str(chinese_interface(folder, earlier))
-    return dest
+        settings = chinese_interface(folder, earlier)
+    return dest, settings
 
 
 def lab(args: argparse.Namespace, extra: Sequence[str] = ()) -> int:
@@ -324,7 +326,7 @@ def lab(args: argparse.Namespace, extra: Sequence[str] = ()) -> int:
         print(ROOT_REFUSED, file=sys.stderr)
         return 2
     try:
-        dest = prepare(args.dir, args.language)
+        dest, settings = prepare(args.dir, args.language)
     except WorkspaceError as error:
         print(f"transformer-lab lab: {error}", file=sys.stderr)
         return 2
@@ -342,6 +344,9 @@ def lab(args: argparse.Namespace, extra: Sequence[str] = ()) -> int:
         argv.append("--no-browser")
     if args.allow_root and "--allow-root" not in extra:
         argv.append("--allow-root")
+    if settings is not None and not any("user_settings_dir" in option for option in extra):
+        # the Chinese interface, for this server only (an environment variable would outlive it in this process)
+        argv.append(f"--LabApp.user_settings_dir={settings}")
     LabApp.launch_instance(argv=[*argv, *extra])
     return 0
 
