@@ -150,6 +150,8 @@ def submission_secret(secret: int, student: str, cells: list[str]) -> int:
     the exercise's answer cells. A re-grade of the same submission draws the same inputs (the same grade); a
     changed answer meets new ones, so a table of answers built from one round's feedback is worth nothing in
     the next, and two students never share hidden inputs."""
+    if not isinstance(student, str):  # repr() of anything else (a sandbox object) would change from run to run
+        raise TypeError(f"student must be the student's id as a str, got {type(student).__name__}")
     digest = hashlib.sha256("\0".join(cells).encode("utf-8", "surrogatepass")).hexdigest()
     return _seed(secret, "submission", student, digest)
 
@@ -804,7 +806,7 @@ def grade_notebook(
     """
     deadline = time.monotonic() + (chapter_limit(cell_timeout) if chapter_timeout is None else chapter_timeout)
     session = sandbox.session if sandbox is not None else session or default_session()
-    student = sandbox if sandbox is not None else StudentSandbox(session)
+    box = sandbox if sandbox is not None else StudentSandbox(session)  # not `student`: that names who is graded
     result = NotebookGrade(chapter)
     cells = teacher.get("cells", [])
     code_cells = [c for c in cells if c.get("cell_type") == "code"]
@@ -892,7 +894,7 @@ def grade_notebook(
                         points,
                         submission_secret(secret, student, own),
                         cell_timeout,
-                        server=student.server(),
+                        server=box.server(),
                         deadline=deadline,
                     )
                 for name in grade.tampered:
@@ -912,5 +914,5 @@ def grade_notebook(
                 refused, own, unreadable = [], [], []
     finally:
         if sandbox is None:
-            student.close()
+            box.close()
     return result
