@@ -8,8 +8,9 @@ A chapter's time is three parts, each from a count, not a guess:
 - reading: the words of its markdown at READING_WPM words a minute (technical prose with formulas), plus
   its code at CODE_LINES_PER_MINUTE lines a minute (code is read, not skimmed);
 - exercises: EXERCISE_MINUTES minutes for each exercise by level (easy, medium, harder);
-- computation: the kernel's wall time, measured by tools/execute_notebooks.py when it last ran the chapter
-  in a fresh kernel on one CPU thread (stored in the notebook's metadata, `transformer_lab.kernel_seconds`).
+- computation: the kernel's CPU time, measured by tools/execute_notebooks.py when it last ran the chapter
+  in a fresh kernel on one CPU thread (stored in the notebook's metadata, `transformer_lab.kernel_seconds`; on a
+  quiet machine it is the wall time, on a busy one the wall time overstates it).
 
 The title cell gets one line, `**Time:** about N minutes (...)`, in place of the one it had; chapter 00's
 map of the course is not touched here (it links the chapters; their times are in their own title cells).

@@ -58,8 +58,10 @@ def execute(path: pathlib.Path, timeout: int = 600) -> tuple[float, float]:
         peak = kernel_peak_mib(client)
         cpu = kernel_cpu_seconds(client)
         print(f"{path.name}: kernel CPU time {cpu:.1f} s", flush=True)
-    # tools/chapter_times.py states each chapter's time from this measurement
-    notebook.metadata.setdefault("transformer_lab", {})["kernel_seconds"] = round(elapsed)
+    # tools/chapter_times.py states each chapter's time from this measurement: the kernel's CPU time, which on one
+    # thread is what the chapter costs a learner's quiet machine (wall time on a busy one overstates it: chapter 10
+    # recorded 677 s of wall time beside other jobs, and 162 s of CPU, 195 s of wall time, run again alone)
+    notebook.metadata.setdefault("transformer_lab", {})["kernel_seconds"] = round(cpu)
     nbformat.write(notebook, path)
     return elapsed, peak
 
