@@ -149,7 +149,7 @@ def test_a_window_as_long_as_the_context_is_no_window(window: int, record: bool)
 def test_equal_to_hugging_face_qwen3_with_sliding_window_layers() -> None:
     """Hugging Face builds Mistral's and Qwen3's sliding windows with one mask function (q - window < k <= q);
     Qwen3's layer_types can leave the last layer full, as nanochat's pattern does (Mistral windows every layer)."""
-    require(HAS_TRANSFORMERS, "transformers is not installed (pip install -r requirements-test.txt)")
+    require(HAS_TRANSFORMERS, "transformers is not installed (pip install -r requirements.txt)")
     from test_hf_modern import settings
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
