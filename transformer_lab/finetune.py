@@ -639,18 +639,10 @@ def load_sft(path: str | os.PathLike[str]) -> tuple[nn.Module, Any, SFTFormat]:
     """(model, base tokenizer, format) from a file of `save_sft`: a float32 GPT in eval mode. A checkpoint
     without a format (chapter 10's `save_gpt`: a base model) or with one that does not fit its model is refused.
     """
-    from transformer_lab._checks import unreadable_checkpoint
-    from transformer_lab.gpt import GPT, GPTConfig
-    from transformer_lab.gpt_training import _gpt_tokenizer_from_dict
+    from transformer_lab.gpt import GPT
+    from transformer_lab.gpt_training import gpt_checkpoint_parts, load_gpt_weights, read_checkpoint_file
 
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"path must be a str or a path, got {type(path).__name__}")
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"no fine-tuned GPT checkpoint at path {os.fspath(path)!r}")
-    try:
-        data = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:  # noqa: BLE001 - a corrupt file can fail anywhere in the unpickler
-        raise unreadable_checkpoint(path, error, "a fine-tuned GPT", "write it with tl.finetune.save_sft") from None
+    data = read_checkpoint_file(path, "fine-tuned GPT", "write it with tl.finetune.save_sft")
     if isinstance(data, dict) and data.get("kind") == "gpt":
         raise ValueError(
             f"{os.fspath(path)!r} holds a base GPT without a prompt/response format (it was not fine-tuned): "
@@ -658,15 +650,11 @@ def load_sft(path: str | os.PathLike[str]) -> tuple[nn.Module, Any, SFTFormat]:
         )
     if not isinstance(data, dict) or data.get("kind") != SFT_KIND:
         raise ValueError(f"{os.fspath(path)!r} is not a fine-tuned GPT checkpoint (write one with save_sft)")
-    missing = [k for k in ("config", "tokenizer", "sft_format", "state_dict") if k not in data]
-    if missing:
-        raise ValueError(f"{os.fspath(path)!r} is not a complete fine-tuned GPT checkpoint: it has no {missing}")
+    config, tokenizer = gpt_checkpoint_parts(path, data, "fine-tuned GPT", extra_keys=("sft_format",))
     try:
-        config = GPTConfig(**data["config"])
-        tokenizer = _gpt_tokenizer_from_dict(data["tokenizer"])
         fmt = SFTFormat.from_dict(data["sft_format"])
     except (TypeError, ValueError, KeyError) as error:
-        raise ValueError(f"{os.fspath(path)!r} holds a bad config, tokenizer or format: {error}") from None
+        raise ValueError(f"{os.fspath(path)!r} holds a bad prompt/response format: {error}") from None
     if tokenizer.vocab_size != fmt.base_vocab:
         raise ValueError(
             f"{os.fspath(path)!r}: the format was made for {fmt.base_vocab} base tokens, the tokenizer has "
@@ -674,11 +662,7 @@ def load_sft(path: str | os.PathLike[str]) -> tuple[nn.Module, Any, SFTFormat]:
         )
     model = GPT(config)
     check_format(model, fmt)
-    try:
-        model.load_state_dict(data["state_dict"])
-    except RuntimeError as error:
-        raise ValueError(f"{os.fspath(path)!r}: the weights do not fit the config: {str(error)[:300]}") from None
-    return model.eval(), tokenizer, fmt
+    return load_gpt_weights(path, model, data["state_dict"]).eval(), tokenizer, fmt
 
 
 #: The `kind` of a LoRA adapter's checkpoint (`save_lora`).

@@ -528,49 +528,72 @@ def load_gpt(path: str | os.PathLike[str], map_location: torch.device | str = "c
     not fit the config are refused with an error that says which. A config saved before chapter 11's switches
     existed lacks them and gets their defaults, GPT-2's: chapter 10's model.
     """
-    from transformer_lab.gpt import GPTConfig
-
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"path must be a str or a path, got {type(path).__name__}")
     device = as_device("map_location", map_location)
-    if os.path.isdir(path):
-        raise ValueError(f"path {os.fspath(path)!r} is a folder; give the checkpoint file inside it (e.g. gpt.pt)")
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"no GPT checkpoint at path {os.fspath(path)!r}")
-    try:
-        data = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as error:  # noqa: BLE001 - a corrupt file can fail anywhere in the unpickler (KeyError, ...)
-        advice = "load it where it was made and save it with tl.training.save_gpt(model, path, tokenizer)"
-        raise unreadable_checkpoint(path, error, "a GPT checkpoint", advice) from None
+    data = read_checkpoint_file(
+        path, "GPT", "load it where it was made and save it with tl.training.save_gpt(model, path, tokenizer)"
+    )
     if not isinstance(data, dict) or data.get("kind") != "gpt":
         what = "chapter 09's Transformer" if isinstance(data, dict) and "task" in data else "something else"
         raise ValueError(
             f"path {os.fspath(path)!r} is not a GPT checkpoint (it holds {what}); write one with "
             "tl.training.save_gpt or `python -m transformer_lab.cli gpt-train`"
         )
-    missing = [key for key in ("config", "tokenizer", "state_dict") if key not in data]
-    if missing:
-        raise ValueError(f"{os.fspath(path)!r} is not a complete GPT checkpoint: it has no {missing}")
-    try:
-        config = GPTConfig(**data["config"])
-        tokenizer = _gpt_tokenizer_from_dict(data["tokenizer"])
-    except (TypeError, ValueError, KeyError) as error:
-        raise ValueError(f"{os.fspath(path)!r} holds a bad config or tokenizer: {error}") from None
+    config, tokenizer = gpt_checkpoint_parts(path, data, "GPT")
     if tokenizer.vocab_size != config.vocab_size:
         raise ValueError(
             f"{os.fspath(path)!r}: the tokenizer has {tokenizer.vocab_size} tokens, the config "
             f"vocab_size={config.vocab_size}"
         )
+    model = load_gpt_weights(path, _gpt_class()(config), data["state_dict"])
+    return model.to(device).eval(), tokenizer
+
+
+def read_checkpoint_file(path: str | os.PathLike[str], what: str, advice: str) -> Any:
+    """What a checkpoint file holds, read with `weights_only=True` (never code): the path's type, a folder, a
+    missing file and an unreadable one are refused with an error that names `what` (e.g. "GPT") and `advice`.
+    Shared by `load_gpt` and chapter 13's `tl.finetune.load_sft`."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"path must be a str or a path, got {type(path).__name__}")
+    if os.path.isdir(path):
+        raise ValueError(f"path {os.fspath(path)!r} is a folder; give the checkpoint file inside it (e.g. gpt.pt)")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no {what} checkpoint at path {os.fspath(path)!r}")
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as error:  # noqa: BLE001 - a corrupt file can fail anywhere in the unpickler (KeyError, ...)
+        raise unreadable_checkpoint(path, error, f"a {what} checkpoint", advice) from None
+
+
+def gpt_checkpoint_parts(
+    path: str | os.PathLike[str], data: dict, what: str, extra_keys: tuple[str, ...] = ()
+) -> tuple[Any, Any]:
+    """(GPTConfig, tokenizer) of a GPT checkpoint's dict, after checking that it has "config", "tokenizer", a dict
+    "state_dict" and `extra_keys`. A config saved before chapter 11's switches existed gets their defaults."""
+    from transformer_lab.gpt import GPTConfig
+
+    missing = [key for key in ("config", "tokenizer", "state_dict", *extra_keys) if key not in data]
+    if missing:
+        raise ValueError(f"{os.fspath(path)!r} is not a complete {what} checkpoint: it has no {missing}")
+    try:
+        config = GPTConfig(**data["config"])
+        tokenizer = _gpt_tokenizer_from_dict(data["tokenizer"])
+    except (TypeError, ValueError, KeyError) as error:
+        raise ValueError(f"{os.fspath(path)!r} holds a bad config or tokenizer: {error}") from None
     if not isinstance(data["state_dict"], dict):
         raise ValueError(
             f"{os.fspath(path)!r}: the state_dict must be a dict of weights, got {type(data['state_dict']).__name__}"
         )
-    model = _gpt_class()(config)
+    return config, tokenizer
+
+
+def load_gpt_weights(path: str | os.PathLike[str], model: nn.Module, state_dict: dict) -> nn.Module:
+    """`model` with a checkpoint's weights copied into its float32 parameters (also from float16); weights that do
+    not fit its config are refused, naming the file."""
     try:
-        model.load_state_dict(data["state_dict"])  # copied into the float32 parameters (also from float16)
+        model.load_state_dict(state_dict)
     except RuntimeError as error:
         raise ValueError(f"{os.fspath(path)!r}: the weights do not fit the config: {str(error)[:300]}") from None
-    return model.to(device).eval(), tokenizer
+    return model
 
 
 def _gpt_tokenizer_from_dict(data: object) -> Any:
