@@ -38,6 +38,7 @@ from transformer_lab.gpt import GPT, GPTConfig  # chapter 10 (chapter 11: its sw
 from transformer_lab.feedforward import SwiGLU  # chapter 11
 from transformer_lab.modern import RotaryEmbedding  # chapter 11
 from transformer_lab.i18n import get_language, set_language  # the language of checks and hints (en, zh)
+from transformer_lab.device import mps_gaps, pick_device  # the optional GPU cells' device (chapter 00)
 
 __version__ = "0.1.0"
 
@@ -78,6 +79,8 @@ __all__ = [
     "RotaryEmbedding",
     "set_language",
     "get_language",
+    "pick_device",
+    "mps_gaps",
 ]
 
 # Course machinery and chapter 09's tools, imported on first use (`tl.plotting`, `tl.widgets`, ...)
