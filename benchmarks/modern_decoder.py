@@ -58,9 +58,14 @@ ASSETS = ROOT / "transformer_lab" / "assets"
 LOG = ASSETS / "modern_ablation.jsonl"
 TABLE = ROOT / "benchmarks" / "results" / "modern-ablation.md"
 COSTS = ROOT / "benchmarks" / "results" / "modern-step-costs.json"
-#: Finished runs of the later "full + X" variants (`FULL_PLUS`), three seeds each, waiting to join LOG when chapter 11
-#: is executed again (the chapter prints every run of LOG): `cat` them onto LOG, then delete this file.
+#: Where finished runs of later "full + X" variants (`FULL_PLUS`) may wait, three seeds each, to join LOG when chapter
+#: 11 is executed again (the chapter prints every run of LOG): `cat` them onto LOG, then delete this file. Empty now:
+#: the four variants' runs are in LOG.
 LATER = ROOT / "benchmarks" / "results" / "modern-ablation-later.jsonl"
+#: The equal-steps column: the variants whose step cost differs from chapter 10's by more than `EQUAL_STEPS_GAP`,
+#: each trained for chapter 10's 1400 steps (not its time), so that quality per step and cost per step are told apart.
+STEPS_LOG = ASSETS / "modern_ablation_steps.jsonl"
+EQUAL_STEPS_GAP = 0.03
 
 #: The full modern model: nanochat's choices on chapter 10's model (no biases, untied head, rotary positions,
 #: RMSNorm without a weight everywhere and after the embedding, QK norm, ReLU^2, soft-capped logits, zero-initialised
@@ -355,9 +360,57 @@ def _run_jobs(jobs: list[dict[str, Any]], n_jobs: int, log: Path) -> list[dict[s
     return results
 
 
+def equal_steps_variants(costs: dict[str, Any]) -> list[str]:
+    """The variants whose step cost (`costs` file) differs from chapter 10's by more than `EQUAL_STEPS_GAP`, in the
+    table's order: only for them does a run of chapter 10's step count differ from the equal-time run."""
+    reference = costs["step_ms"]["chapter 10"]
+    return [
+        name
+        for name in variants()
+        if name in costs["step_ms"] and abs(costs["step_ms"][name] / reference - 1) > EQUAL_STEPS_GAP
+    ]
+
+
+def equal_steps(args: argparse.Namespace) -> int:
+    """Train the chosen variants for chapter 10's number of steps (variant by variant, every seed of one before
+    the next), into their own log (`STEPS_LOG` by default)."""
+    costs = json.loads(Path(args.costs).read_text(encoding="utf-8"))
+    eligible = equal_steps_variants(costs)
+    chosen = args.variants or eligible
+    unknown = [name for name in chosen if name not in eligible]
+    if unknown:
+        print(
+            f"--variants: {unknown} are not variants whose step cost differs from chapter 10's by more than "
+            f"{EQUAL_STEPS_GAP:.0%}; choose among {eligible}",
+            file=sys.stderr,
+        )
+        return 2
+    table = variants()
+    jobs = [
+        dict(
+            variant=name,
+            overrides=table[name][0],
+            recipe=dict(table[name][1], steps=CHAPTER_10["steps"]),
+            seed=s,
+            seconds=None,
+            clock="steps",
+            step_cost_ms=costs["step_ms"][name],
+            costs_made_on=costs["made_on"],
+        )
+        for name in chosen
+        for s in args.seeds
+    ]
+    _run_jobs(jobs, args.jobs, Path(args.log))
+    return 0
+
+
 def ablation(args: argparse.Namespace) -> int:
     log = Path(args.log)
     table = variants()
+    if args.budget == "equal-steps":
+        if args.log == str(LOG):
+            args.log = str(STEPS_LOG)
+        return equal_steps(args)
     if args.budget == "steps":
         costs = json.loads(Path(args.costs).read_text(encoding="utf-8"))
         missing = [name for name in table if name != TIMED_REFERENCE and name not in costs["steps"]]
@@ -548,10 +601,15 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--jobs", type=int, default=2, help="runs at a time, one thread each (default 2)")
     a.add_argument(
         "--budget",
-        choices=("steps", "time"),
+        choices=("steps", "time", "equal-steps"),
         default="steps",
         help="steps (default): each variant trains for its share of chapter 10's time in steps, from the costs "
-        "file; time: each trains until the clock says chapter 10's time has passed (drifts on a shared machine)",
+        "file; time: each trains until the clock says chapter 10's time has passed (drifts on a shared machine); "
+        "equal-steps: the variants whose step cost differs from chapter 10's by more than 3 %% train for chapter "
+        "10's 1400 steps, into their own log (default transformer_lab/assets/modern_ablation_steps.jsonl)",
+    )
+    a.add_argument(
+        "--variants", nargs="+", help="with --budget equal-steps: only these variants, in this order (default: all)"
     )
     a.add_argument("--costs", default=str(COSTS), help="the step costs (`costs`) the step budgets come from")
     a.add_argument("--clock", choices=("wall", "cpu"), default="wall", help="with --budget time: the clock")
