@@ -310,7 +310,7 @@ def decoding_speed(
 def processor_name() -> str:
     """The CPU's model name as /proc/cpuinfo gives it (Linux), else what `platform` knows."""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
             if line.startswith("model name"):
                 return line.split(":", 1)[1].strip()
     except OSError:
@@ -456,7 +456,7 @@ def main() -> None:
     print(text)
     out = args.out or ROOT / "benchmarks" / "results" / f"{machine_name(device)}.md"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
+    out.write_text(text, encoding="utf-8")
     print(f"written to {out}")
 
 

@@ -181,7 +181,7 @@ def compression(name: str, pattern: str) -> dict[str, Any]:
 def machine_name() -> str:
     name = platform.processor() or platform.machine()
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
             if line.startswith("model name"):
                 name = line.split(":", 1)[1]
                 break
@@ -293,7 +293,7 @@ def main() -> None:
     print(text)
     out = args.out or ROOT / "benchmarks" / "results" / f"bpe-{machine_name()}.md"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
+    out.write_text(text, encoding="utf-8")
     print(f"written to {out}")
 
 

@@ -21,7 +21,7 @@ TEACHER = next(p for p in NOTEBOOKS if p.name.startswith("01"))
 
 
 def _notebook(tag: str = "") -> str:
-    data = json.loads(TEACHER.read_text())
+    data = json.loads(TEACHER.read_text(encoding="utf-8"))
     data["metadata"]["tag"] = tag
     return json.dumps(data)
 
@@ -30,7 +30,7 @@ def _class(tmp_path: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
     """A submissions folder with one honest student, ada; and a course directory."""
     subs, course = tmp_path / "subs", tmp_path / "course"
     (subs / "ada").mkdir(parents=True)
-    (subs / "ada" / "01_attention.ipynb").write_text(_notebook("ada"))
+    (subs / "ada" / "01_attention.ipynb").write_text(_notebook("ada"), encoding="utf-8")
     course.mkdir()
     return subs, course
 
@@ -38,7 +38,7 @@ def _class(tmp_path: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path]:
 def _collected(subs, course):
     students, notes = classroom.collect(subs, course, CHAPTERS)
     assert set(students["ada"]) == {"01_attention"}  # the rest of the class is collected
-    assert json.loads(students["ada"]["01_attention"].read_text())["metadata"]["tag"] == "ada"
+    assert json.loads(students["ada"]["01_attention"].read_text(encoding="utf-8"))["metadata"]["tag"] == "ada"
     return students, notes
 
 
@@ -112,7 +112,7 @@ def test_read_regular_refuses_what_is_not_a_regular_file_and_what_is_too_large(t
 def test_a_notebook_too_large_is_one_note(tmp_path, monkeypatch):
     subs, course = _class(tmp_path)
     (subs / "mallory").mkdir()
-    (subs / "mallory" / "01_attention.ipynb").write_text(_notebook("x" * 200_000))
+    (subs / "mallory" / "01_attention.ipynb").write_text(_notebook("x" * 200_000), encoding="utf-8")
     monkeypatch.setattr(classroom, "MAX_NOTEBOOK_BYTES", 150_000)
     students, notes = classroom.collect(subs, course, CHAPTERS)
     assert students["mallory"] == {} and any("MiB" in n for n in notes["mallory"]), notes["mallory"]
@@ -120,7 +120,7 @@ def test_a_notebook_too_large_is_one_note(tmp_path, monkeypatch):
 
 def test_deeply_nested_json_is_an_unreadable_notebook_not_a_crash(tmp_path):
     path = tmp_path / "01_attention.ipynb"
-    path.write_text("[" * 100_000 + "]" * 100_000)
+    path.write_text("[" * 100_000 + "]" * 100_000, encoding="utf-8")
     with pytest.raises(ValueError, match="nested too deeply|not a notebook"):
         classroom.read_notebook(path)
 
@@ -188,11 +188,13 @@ FORGED = "x\n\n## No problem\n\n- mallory\n- [grades](javascript:alert(1)) <img 
 def test_a_file_name_or_an_error_message_cannot_forge_the_report(tmp_path):
     subs, course = _class(tmp_path)
     (subs / "mallory").mkdir()
-    (subs / "mallory" / f"01_attention{FORGED}.ipynb").write_text("not json")  # a misnamed file, a name with newlines
+    (subs / "mallory" / f"01_attention{FORGED}.ipynb").write_text(
+        "not json", encoding="utf-8"
+    )  # a misnamed file, a name with newlines
     (subs / f"eve{FORGED}").mkdir()  # a folder that is no student id
     students, notes = classroom.collect(subs, course, CHAPTERS)
     (course / "grading").mkdir()
-    (course / "grading" / "notes.json").write_text(json.dumps(notes))
+    (course / "grading" / "notes.json").write_text(json.dumps(notes), encoding="utf-8")
     records = [
         {"student": "ada", "chapter": "01_attention", "exercises": [], "problems": []},
         {
@@ -202,7 +204,7 @@ def test_a_file_name_or_an_error_message_cannot_forge_the_report(tmp_path):
             "problems": [f"answer ch01_softmax_rows raised ValueError: {FORGED}", "crashed\n" + FORGED * 50],
         },
     ]
-    report = classroom.write_report(course, records, ["ada", "mallory", "trudy"]).read_text()
+    report = classroom.write_report(course, records, ["ada", "mallory", "trudy"]).read_text(encoding="utf-8")
     sections = _sections(report)
     assert list(sections) == ["Not graded: entries of the submissions folder", "mallory", "trudy", "No problem"]
     assert sections["No problem"].split() == ["-", "ada"]
@@ -331,7 +333,7 @@ def test_every_honest_answer_is_readable():
     for path in NOTEBOOKS:
         from transformer_lab.exercises import policy
 
-        for cell in json.loads(path.read_text())["cells"]:
+        for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
             if cell["metadata"].get("nbgrader", {}).get("solution") and cell["cell_type"] == "code":
                 assert policy.unreadable("".join(cell["source"])) is None, path.name
 
@@ -631,3 +633,90 @@ def test_the_student_version_holds_the_answers_of_the_chapters_handed_out_only(t
         "ch01_attention.softmax_rows",
     ]
     assert classroom.exercise_modules([TEACHER]) == {"ch01_attention"}
+
+
+# ------------------------------------------------------------------ the reasons of this round, in the class's language
+
+DEEP = "x = " + "[" * 150 + "]" * 150 + "\n"
+
+
+@pytest.mark.parametrize("language", ["en", "zh"])
+def test_a_cell_too_large_or_too_deep_says_why_in_the_class_language(language):
+    from transformer_lab import i18n
+    from transformer_lab.exercises import ch01_attention, grading, policy
+
+    large = "# " + "x" * policy.MAX_ANSWER_CHARS + "\n"
+    with i18n.language(language):
+        too_large, too_deep = grading.unreadable_reason(large), grading.unreadable_reason(DEEP)
+        case = grading.not_graded(ch01_attention.softmax_rows, 1.0, too_deep).cases[0][1]
+        spent = grading.grade_exercise(ch01_attention.softmax_rows, "softmax_rows", [], 1.0, 7, deadline=0.0)
+    assert grading.unreadable_reason(SOFTMAX) is None
+    assert f"{len(large):,}" in too_large and f"{policy.MAX_ANSWER_CHARS:,}" in too_large
+    assert str(policy.MAX_DEPTH) in too_deep
+    expected = {
+        "en": ("characters, more than", "levels deep", "could not be graded", "time limit of this chapter"),
+        "zh": ("个字符，超过了答案允许的", "层，太深了", "无法评分：", "这一章的评分时限"),
+    }[language]
+    assert expected[0] in too_large and expected[1] in too_deep, (too_large, too_deep)
+    assert case.endswith(too_deep) and expected[2] in case, case
+    assert spent.points == 0 and all(expected[3] in text for _, text in spent.cases), _said(spent)
+
+
+def test_a_chinese_class_reads_why_an_answer_cell_was_not_graded_in_chinese(monkeypatch):
+    from test_grading_secret import _Box
+
+    from transformer_lab import i18n
+    from transformer_lab.exercises import grading
+
+    monkeypatch.setattr(
+        grading, "grade_exercise", lambda exercise, f, cells, points, *a, **k: grading.blank_grade(exercise, points)
+    )
+    teacher = json.loads(TEACHER.read_text(encoding="utf-8"))
+    submitted = json.loads(TEACHER.read_text(encoding="utf-8"))
+    first = next(c for c in submitted["cells"] if c.get("metadata", {}).get("nbgrader", {}).get("solution"))
+    first["source"] = DEEP
+    with i18n.language("zh"):
+        result = grading.grade_notebook(teacher, submitted, "01_attention", 1234, sandbox=_Box(), student="张三")
+    grade_id = first["metadata"]["nbgrader"]["grade_id"]
+    said = [p for p in result.problems if grade_id in p]
+    assert said and said[0].startswith("答案单元格") and "无法评分（没有运行）" in said[0], result.problems
+    (_, grade), *rest = result.exercises
+    assert grade.points == 0 and all("无法评分：这个单元格的嵌套超过" in text for _, text in grade.cases), _said(grade)
+    assert rest and all(g.points == 0 and "尚未完成" in _said(g) for _, g in rest)  # the others still graded
+
+
+@pytest.mark.slow
+def test_an_answer_that_waits_is_told_so_in_chinese(session):
+    from transformer_lab import i18n
+
+    source = (
+        "import signal, time\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})\n"
+        "def softmax_rows(x):\n    time.sleep(600)\n    return x\n"
+    )
+    with i18n.language("zh"):
+        grade = _run(session, source, timeout=2.0)
+    assert grade.points == 0 and "答案一直在等待，没有计算" in _said(grade), _said(grade)
+
+
+# ------------------------------------------------------------------ the stripped copy of an installed course
+
+
+def test_the_stripped_copy_leaves_out_the_chapters_a_wheel_installs_into_the_package(tmp_path, monkeypatch):
+    """A wheel installs the learner edition into the package (transformer_lab/notebooks/, setup.py); the copy a
+    sandbox reads holds no notebook, and its exercise modules are stripped as from a checkout."""
+    import shutil
+
+    from transformer_lab.exercises import grading, sandbox
+
+    installed = tmp_path / "site-packages" / "transformer_lab"
+    shutil.copytree(sandbox.PACKAGE, installed, ignore=shutil.ignore_patterns("__pycache__", "assets", "notebooks"))
+    (installed / "assets").mkdir()
+    for sub in ("", "zh"):
+        (installed / "notebooks" / sub).mkdir(parents=True, exist_ok=True)
+        shutil.copy2(TEACHER, installed / "notebooks" / sub / TEACHER.name)
+    monkeypatch.setattr(sandbox, "PACKAGE", installed)
+    copy = grading.stripped_package(tmp_path / "copy") / "transformer_lab"
+    assert (copy / "exercises" / "ch01_attention.py").exists() and not (copy / "notebooks").exists()
+    assert not list(copy.rglob("*.ipynb"))
+    stripped = (copy / "exercises" / "ch01_attention.py").read_text(encoding="utf-8")
+    assert "_withheld" in stripped and "def _softmax_rows_reference" not in stripped

@@ -59,7 +59,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 COURSE_ID = "transformer_lab"
 MARKER = ".transformer_lab_student"  # marks a folder this tool made, so --out may replace it
 RESULTS = "grading"  # inside the course directory: one JSON per student and chapter
-CLASS_FILE = "transformer_lab_class.json"  # inside the course directory: the class's language
+CLASS_FILE = "transformer_lab_class.json"  # inside the course directory: the class's language and grading choices
 
 NBGRADER_CONFIG = """\
 # nbgrader configuration of the transformer_lab course directory, written by tools/classroom.py.
@@ -169,7 +169,9 @@ WITHOUT_SOLUTIONS_ZH = "；这个版本没有答案：`exercises.<名称>.soluti
 
 HIDDEN_BEGIN, HIDDEN_END = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
 SOLUTION_BEGIN, SOLUTION_END = "### BEGIN SOLUTION", "### END SOLUTION"
-STUDENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]*$")
+#: a student id (a folder of the submissions): letters and digits of any script (张三, José), then also _ . @ -; no
+#: space, separator, control or format character, so that it makes one safe path part and one line of the report
+STUDENT_ID = re.compile(r"^[^\W_][\w.@-]*\Z")
 
 # ------------------------------------------------------------------ notebooks and chapters
 
@@ -195,10 +197,48 @@ def chapter_notebooks(root: pathlib.Path = ROOT, language: str = "en") -> list[p
     return sorted(folder.glob("[0-9][0-9]_*.ipynb"))
 
 
+def class_settings(course_dir: pathlib.Path) -> dict[str, Any]:
+    """What the course directory keeps about its class: {"language": ..., "predict": ...} ({} if nothing yet)."""
+    path = course_dir / CLASS_FILE
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+
+
 def class_language(course_dir: pathlib.Path) -> str | None:
     """The language a course directory's class was made in (None for a directory `student` never made)."""
-    path = course_dir / CLASS_FILE
-    return json.loads(path.read_text(encoding="utf-8"))["language"] if path.exists() else None
+    return class_settings(course_dir).get("language")
+
+
+PREDICT_CHOICES = ("count", "leave-out")
+
+
+def predict_counted(course_dir: pathlib.Path) -> bool:
+    """Whether the class's grade counts its predict exercises (the default) or leaves them out (`grade
+    --predict leave-out`, kept by the course directory): a predict answer's points prove that the value reached
+    the notebook, not that it was predicted (docs/teaching.md)."""
+    return class_settings(course_dir).get("predict", "count") == "count"
+
+
+def set_predict(course_dir: pathlib.Path, choice: str) -> None:
+    """Keep the class's choice for its predict exercises: "count" them in the grade or "leave-out"."""
+    if choice not in PREDICT_CHOICES:
+        raise ValueError(f"predict: expected one of {PREDICT_CHOICES}, got {choice!r}")
+    course_dir.mkdir(parents=True, exist_ok=True)
+    settings = {**class_settings(course_dir), "predict": choice}
+    (course_dir / CLASS_FILE).write_text(json.dumps(settings) + "\n", encoding="utf-8")
+
+
+def left_out(course_dir: pathlib.Path) -> dict[str, set[str]]:
+    """{chapter: grade ids} of the exercises the class's grade leaves out: its predict exercises where the class
+    leaves them out (`predict_counted`), none otherwise."""
+    if predict_counted(course_dir):
+        return {}
+    from transformer_lab.exercises.grading import exercise_kinds
+
+    found = {}
+    for folder in sorted((course_dir / "source").glob("[0-9][0-9]_*")):
+        kinds = exercise_kinds(read_notebook(folder / f"{folder.name}.ipynb"))
+        found[folder.name] = {grade_id for grade_id, kind in kinds.items() if kind == "predict"}
+    return found
 
 
 def set_class_language(course_dir: pathlib.Path, language: str) -> None:
@@ -217,7 +257,8 @@ def set_class_language(course_dir: pathlib.Path, language: str) -> None:
             f"(its chapters and grades are in it): make the other class in its own --course-dir"
         )
     course_dir.mkdir(parents=True, exist_ok=True)
-    (course_dir / CLASS_FILE).write_text(json.dumps({"language": language}) + "\n", encoding="utf-8")
+    settings = {**class_settings(course_dir), "language": language}
+    (course_dir / CLASS_FILE).write_text(json.dumps(settings) + "\n", encoding="utf-8")
 
 
 def select_chapters(chapters: Sequence[str] | None, available: Sequence[pathlib.Path]) -> list[pathlib.Path]:
@@ -292,7 +333,7 @@ def write_config(course_dir: pathlib.Path) -> pathlib.Path:
     """Write the course directory's nbgrader_config.py (no absolute path in it)."""
     course_dir.mkdir(parents=True, exist_ok=True)
     path = course_dir / "nbgrader_config.py"
-    path.write_text(NBGRADER_CONFIG.format(course_id=COURSE_ID))
+    path.write_text(NBGRADER_CONFIG.format(course_id=COURSE_ID), encoding="utf-8")
     return path
 
 
@@ -465,7 +506,7 @@ def make_student_folder(
     else:
         sentence = WITH_SOLUTIONS if with_solutions else WITHOUT_SOLUTIONS
         (out / "README.md").write_text(STUDENT_README.format(solution_sentence=sentence), encoding="utf-8")
-    (out / MARKER).write_text("made by tools/classroom.py student\n")
+    (out / MARKER).write_text("made by tools/classroom.py student\n", encoding="utf-8")
     return out
 
 
@@ -718,7 +759,7 @@ def collect(
             dest.mkdir(parents=True)
             (dest / f"{chapter}.ipynb").write_bytes(data)
             stamp = dt.datetime.fromtimestamp(path.lstat().st_mtime, dt.UTC).isoformat()
-            (dest / "timestamp.txt").write_text(stamp)
+            (dest / "timestamp.txt").write_text(stamp, encoding="utf-8")
             students[folder.name][chapter] = dest / f"{chapter}.ipynb"
         if not students[folder.name]:
             notes[folder.name].append("no notebook of a graded chapter found")
@@ -737,11 +778,11 @@ def class_secret(course_dir: pathlib.Path) -> int:
     secret, the student and its answer cells: `grading.submission_secret`). It never enters a sandbox."""
     path = course_dir / SECRET_FILE
     if path.exists():
-        return int(path.read_text().strip())
+        return int(path.read_text(encoding="utf-8").strip())
     course_dir.mkdir(parents=True, exist_ok=True)
     value = secrets.randbits(62)
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(descriptor, "w") as handle:
+    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
         handle.write(f"{value}\n")
     return value
 
@@ -866,7 +907,7 @@ def save_record(course_dir: pathlib.Path, record: dict[str, Any]) -> None:
     out = course_dir / RESULTS / record["student"] / f"{record['chapter']}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     partial = out.with_suffix(".json.partial")
-    partial.write_text(json.dumps(record, indent=1, ensure_ascii=False))
+    partial.write_text(json.dumps(record, indent=1, ensure_ascii=False), encoding="utf-8")
     os.replace(partial, out)
 
 
@@ -904,6 +945,7 @@ def grade_folder(
     sandbox: bool = True,
     limits: Any = None,
     chapter_timeout: float | None = None,
+    predict: str | None = None,
 ) -> list[dict[str, Any]]:
     """Grade every student's chapters in `submissions`; write the gradebook, tables and report; return the records.
 
@@ -915,9 +957,13 @@ def grade_folder(
     `write_gb=False` skips nbgrader's gradebook (a course directory `student` did not make). `chapter_timeout`
     bounds the wall clock of one student's chapter (`grading.chapter_limit(timeout)` if None).
     `submissions` may also be a zip archive of the class's folders (`unpack_archive`: regular files only).
+    `predict` ("count" or "leave-out"; None: the class's choice so far, "count" at first) says whether the tables
+    and the feedback count the predict exercises; the course directory keeps it.
     """
     from transformer_lab.exercises.grading import GradingSession
 
+    if predict is not None and predict not in PREDICT_CHOICES:
+        raise ValueError(f"predict: expected one of {PREDICT_CHOICES}, got {predict!r}")
     course_dir = course_dir.resolve()
     released = sorted(p.name for p in (course_dir / "source").glob("[0-9][0-9]_*") if p.is_dir())
     if not released:
@@ -940,6 +986,8 @@ def grade_folder(
             unpacked.cleanup()
     for key, lines in archive_notes.items():
         notes.setdefault(key, [])[:0] = lines
+    if predict is not None:
+        set_predict(course_dir, predict)
     session = GradingSession(limits, sandbox=sandbox, hide=(str(course_dir), str(submissions.resolve())))
     if secret is None:
         secret = class_secret(course_dir)  # hidden cases: a seed no student can know, the same at every re-grade
@@ -963,7 +1011,7 @@ def grade_folder(
     for record in records if write_gb else []:
         write_gradebook(course_dir, record)
     notes_path = course_dir / RESULTS / "notes.json"
-    previous = json.loads(notes_path.read_text()) if notes_path.exists() else {}
+    previous = json.loads(notes_path.read_text(encoding="utf-8")) if notes_path.exists() else {}
     for student, lines in notes.items():
         previous[student] = lines
     for student in students:
@@ -973,50 +1021,59 @@ def grade_folder(
             previous[student] = [n for n in previous[student] if not n.startswith("not handed in")]
             previous[student].append(f"not handed in this time: {', '.join(missing)}")
     notes_path.parent.mkdir(parents=True, exist_ok=True)
-    notes_path.write_text(json.dumps(previous, indent=1))
+    notes_path.write_text(json.dumps(previous, indent=1), encoding="utf-8")
     write_tables(course_dir, csv_path or course_dir / "grades.csv")
     return records
 
 
-def chapter_maxima(course_dir: pathlib.Path) -> dict[str, float]:
-    """Each handed-out chapter's points, from the teacher's source."""
+def chapter_maxima(course_dir: pathlib.Path, leave: dict[str, set[str]] | None = None) -> dict[str, float]:
+    """Each handed-out chapter's points, from the teacher's source, less those of the exercises `leave` names
+    ({chapter: grade ids}, `left_out`)."""
     maxima = {}
     for folder in sorted((course_dir / "source").glob("[0-9][0-9]_*")):
         data = read_notebook(folder / f"{folder.name}.ipynb")
+        skip = (leave or {}).get(folder.name, set())
         maxima[folder.name] = sum(
-            float(nbgrader_meta(c).get("points", 1)) for c in data["cells"] if nbgrader_meta(c).get("grade")
+            float(nbgrader_meta(c).get("points", 1))
+            for c in data["cells"]
+            if nbgrader_meta(c).get("grade") and nbgrader_meta(c).get("grade_id") not in skip
         )
     return maxima
+
+
+def counted(record: dict[str, Any], leave: dict[str, set[str]]) -> float:
+    """A record's points, less those of the exercises `leave` names ({chapter: grade ids})."""
+    skip = leave.get(record["chapter"], set())
+    return sum(e["points"] for e in record["exercises"] if e.get("grade_id") not in skip)
 
 
 def write_tables(course_dir: pathlib.Path, csv_path: pathlib.Path) -> None:
     """grades.csv (a row per student: each chapter, total, out of the chapters graded so far), the per-chapter
     and per-exercise tables beside it, and grading_report.md."""
     records = load_records(course_dir)
-    maxima = chapter_maxima(course_dir)
+    leave = left_out(course_dir)
+    maxima = chapter_maxima(course_dir, leave)
     graded = sorted({r["chapter"] for r in records})
     students = sorted({r["student"] for r in records} | {s for s in _notes(course_dir) if STUDENT_ID.match(s)})
     by = {(r["student"], r["chapter"]): r for r in records}
     csv_path.parent.mkdir(parents=True, exist_ok=True)
-    with csv_path.open("w", newline="") as f:
+    with csv_path.open("w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         writer.writerow(["student_id", *graded, "total", "max_total"])
         for student in students:
-            points = [
-                sum(e["points"] for e in by[(student, c)]["exercises"]) if (student, c) in by else 0.0 for c in graded
-            ]
+            points = [counted(by[(student, c)], leave) if (student, c) in by else 0.0 for c in graded]
             writer.writerow(
                 [student, *(f"{p:g}" for p in points), f"{sum(points):g}", f"{sum(maxima[c] for c in graded):g}"]
             )
-    with csv_path.with_name(csv_path.stem + "_by_chapter.csv").open("w", newline="") as f:
+    with csv_path.with_name(csv_path.stem + "_by_chapter.csv").open("w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         writer.writerow(["student_id", "chapter", "score", "max_score"])
         for student in students:
             for chapter in graded:
                 record = by.get((student, chapter))
-                score = sum(e["points"] for e in record["exercises"]) if record else 0.0
+                score = counted(record, leave) if record else 0.0
                 writer.writerow([student, chapter, f"{score:g}", f"{maxima[chapter]:g}"])
-    with csv_path.with_name(csv_path.stem + "_by_exercise.csv").open("w", newline="") as f:
+    with csv_path.with_name(csv_path.stem + "_by_exercise.csv").open("w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         writer.writerow(["student_id", "chapter", "exercise", "cases_passed", "cases", "score", "max_score"])
         for record in sorted(records, key=lambda r: (r["student"], r["chapter"])):
@@ -1033,12 +1090,12 @@ def write_tables(course_dir: pathlib.Path, csv_path: pathlib.Path) -> None:
                         f"{e['max_points']:g}",
                     ]
                 )
-    write_report(course_dir, records, students)
+    write_report(course_dir, records, students, leave)
 
 
 def _notes(course_dir: pathlib.Path) -> dict[str, list[str]]:
     path = course_dir / RESULTS / "notes.json"
-    return json.loads(path.read_text()) if path.exists() else {}
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
 
 
 #: the most characters of one problem the report shows (an error message is cut there)
@@ -1060,9 +1117,18 @@ def md(text: object, limit: int = REPORT_LINE) -> str:
     return _MARKDOWN.sub(r"\\\1", flat)
 
 
-def write_report(course_dir: pathlib.Path, records: list[dict[str, Any]], students: Sequence[str]) -> pathlib.Path:
-    """grading_report.md: every problem of every student, one section each; honest students have none."""
+def write_report(
+    course_dir: pathlib.Path,
+    records: list[dict[str, Any]],
+    students: Sequence[str],
+    leave: dict[str, set[str]] | None = None,
+) -> pathlib.Path:
+    """grading_report.md: every problem of every student, one section each; honest students have none. `leave`
+    ({chapter: grade ids}, `left_out`): the exercises the grade leaves out, named at the top."""
     notes = _notes(course_dir)
+    skipped = [
+        f"{md(chapter)} {md(grade_id)}" for chapter, ids in sorted((leave or {}).items()) for grade_id in sorted(ids)
+    ]
     unsandboxed = sorted({f"{r['student']}/{r['chapter']}" for r in records if r.get("sandboxed") is False})
     lines = [
         *(
@@ -1079,6 +1145,16 @@ def write_report(course_dir: pathlib.Path, records: list[dict[str, Any]], studen
         "",
         "Every problem the grader saw, per student. A student with none is not listed below.",
         "",
+        *(
+            [
+                f"The grade leaves out the predict exercises ({len(skipped)}: {', '.join(skipped)}): "
+                "grades.csv, grades_by_chapter.csv and the feedback's totals count none of their points "
+                "(grades_by_exercise.csv still lists them).",
+                "",
+            ]
+            if skipped
+            else []
+        ),
     ]
     clean = []
     if notes.get(FOLDER_NOTES):
@@ -1099,7 +1175,7 @@ def write_report(course_dir: pathlib.Path, records: list[dict[str, Any]], studen
             clean.append(md(student) + (f" ({missing[0]})" if missing else ""))
     lines += ["## No problem", "", *(f"- {s}" for s in clean), ""]
     path = course_dir / "grading_report.md"
-    path.write_text("\n".join(lines))
+    path.write_text("\n".join(lines), encoding="utf-8")
     return path
 
 
@@ -1118,9 +1194,10 @@ def feedback(course_dir: pathlib.Path, out: pathlib.Path) -> list[pathlib.Path]:
 
     written = []
     language = class_language(course_dir) or "en"
+    leave = left_out(course_dir)
     for record in load_records(course_dir):
         with i18n.language(language):
-            body = _feedback_body(record)
+            body = _feedback_body(record, leave.get(record["chapter"], set()))
         lang = "zh-CN" if language == "zh" else "en"
         page = (
             f"<!doctype html><html lang='{lang}'><meta charset='utf-8'><title>{html.escape(record['chapter'])}</title>"
@@ -1139,21 +1216,23 @@ def feedback(course_dir: pathlib.Path, out: pathlib.Path) -> list[pathlib.Path]:
     return written
 
 
-def _feedback_body(record: dict[str, Any]) -> list[str]:
-    """The HTML of one student's chapter, in the language in use."""
+def _feedback_body(record: dict[str, Any], skip: set[str] = frozenset()) -> list[str]:  # type: ignore[assignment]
+    """The HTML of one student's chapter, in the language in use; the exercises whose grade ids `skip` holds
+    (predict exercises the class leaves out) say so and count in no total."""
     from transformer_lab.i18n import message
 
     def points(got: float, most: float) -> str:
         return message("feedback.points", got=f"{got:g}", most=f"{most:g}")
 
     body = [f"<h1>{html.escape(record['chapter'])}{message('feedback.title')}</h1>"]
-    total = sum(e["points"] for e in record["exercises"])
-    most = sum(e["max_points"] for e in record["exercises"])
+    total = sum(e["points"] for e in record["exercises"] if e.get("grade_id") not in skip)
+    most = sum(e["max_points"] for e in record["exercises"] if e.get("grade_id") not in skip)
     body.append(f"<p><b>{points(total, most)}</b> {message('feedback.intro')}</p>")
     for problem in record["problems"]:
         body.append(f"<p class='no'>{message('feedback.note')}{html.escape(_public(problem))}</p>")
     for e in record["exercises"]:
-        body.append(f"<h2>{html.escape(e['exercise'])}: {points(e['points'], e['max_points'])}</h2><table>")
+        aside = f" {message('feedback.left_out')}" if e.get("grade_id") in skip else ""
+        body.append(f"<h2>{html.escape(e['exercise'])}: {points(e['points'], e['max_points'])}{aside}</h2><table>")
         for ok, text in e["cases"]:
             mark = "<span class='ok'>✓</span>" if ok else "<span class='no'>✗</span>"
             body.append(f"<tr><td>{mark}</td><td>{html.escape(_public(text))}</td></tr>")
@@ -1206,11 +1285,18 @@ def main(argv: list[str] | None = None) -> int:
         help="grade without a sandbox where none can be made (students' code can then reach your account; "
         "the report says so on its first line)",
     )
+    predict_help = (
+        "count the predict exercises in the grade, or leave them out (their points prove that the value reached "
+        "the notebook, not that it was predicted: docs/teaching.md); the course directory keeps the choice "
+        "(at first: count)"
+    )
+    grade.add_argument("--predict", choices=PREDICT_CHOICES, default=None, help=predict_help)
     grade.add_argument("--memory", type=int, default=None, help="MiB of address space per sandboxed process (3072)")
     grade.add_argument("--cpu-time", type=int, default=None, help="CPU seconds per submission's sandbox (600)")
     fb = commands.add_parser("feedback", help="HTML feedback per student and chapter")
     fb.add_argument("--out", type=pathlib.Path, default=None, help="default: COURSE_DIR/feedback")
-    commands.add_parser("report", help="rewrite the grade tables and the report from the stored grades")
+    report = commands.add_parser("report", help="rewrite the grade tables and the report from the stored grades")
+    report.add_argument("--predict", choices=PREDICT_CHOICES, default=None, help=predict_help)
     args = parser.parse_args(argv)
     course_dir = args.course_dir.resolve()
     if args.command == "student":
@@ -1248,6 +1334,7 @@ def main(argv: list[str] | None = None) -> int:
                 sandbox=not args.no_sandbox,
                 limits=limits,
                 chapter_timeout=args.chapter_timeout,
+                predict=args.predict,
             )
         except SandboxUnavailable as exc:
             print(f"classroom.py grade: no sandbox: {exc}", file=sys.stderr)
@@ -1257,6 +1344,8 @@ def main(argv: list[str] | None = None) -> int:
         written = feedback(course_dir, args.out or course_dir / "feedback")
         print(f"{len(written)} feedback pages in {args.out or course_dir / 'feedback'}")
     else:
+        if args.predict is not None:
+            set_predict(course_dir, args.predict)
         write_tables(course_dir, course_dir / "grades.csv")
         print(f"grades: {course_dir / 'grades.csv'}; problems: {course_dir / 'grading_report.md'}")
     return 0

@@ -69,6 +69,9 @@ __all__ = [
     "Limits",
     "clean_result",
     "chapter_limit",
+    "exercise_kinds",
+    "stripped_package",
+    "unreadable_reason",
 ]
 
 #: held while this process computes a case's hidden inputs and the reference's answer to them. A case's inputs
@@ -270,7 +273,7 @@ class GradingSession:
                     f"pass --no-sandbox (the report will say so on its first line)"
                 )
         self.folder = pathlib.Path(tempfile.mkdtemp(prefix="tl-grading-"))
-        self.package = _stripped_package(self.folder / "package")
+        self.package = stripped_package(self.folder / "package")
         self.fonts = font_cache(self.folder / "fonts")
 
     def server(self) -> SandboxServer:
@@ -284,6 +287,15 @@ class GradingSession:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def stripped_package(dest: pathlib.Path) -> pathlib.Path:
+    """`sandbox.stripped_package`: the copy of the package a sandbox reads, written into `dest`; less the learner
+    edition's chapters that a wheel installs into the package (`transformer_lab/notebooks/`, `setup.py`): a
+    sandbox runs no notebook, and an installed course would otherwise copy them (about 10 MB) for every grading run."""
+    made = _stripped_package(dest)
+    shutil.rmtree(made / "transformer_lab" / "notebooks", ignore_errors=True)
+    return made
 
 
 class StudentSandbox:
@@ -510,7 +522,7 @@ def grade_exercise(
     if deadline is not None:
         left = deadline - time.monotonic()
         if left < 1.0:
-            reason = "the time limit of this chapter was reached before this exercise"
+            reason = _m("grading.chapter_time_spent")
             grade.problems.append(_m("grading.not_graded", reason=reason))
             grade.cases = _all_cases(exercise, _m("grading.not_graded", reason=reason))
             return grade
@@ -539,7 +551,7 @@ def grade_exercise(
         grade.cases = _all_cases(exercise, _m("grading.did_not_finish"))
         return grade
     if status == "idle":
-        reason = "the answer waited without computing (a sleep, a blocked read or a lock), and was stopped"
+        reason = _m("grading.idle")
         grade.problems.append(_m("grading.not_graded", reason=reason))
         grade.cases = _all_cases(exercise, _m("grading.did_not_finish"))
         return grade
@@ -668,6 +680,17 @@ def not_graded(exercise: Exercise, max_points: float, why: str) -> ExerciseGrade
     return grade
 
 
+def unreadable_reason(source: str) -> str | None:
+    """Why the static passes cannot read an answer cell (`policy.unreadable`: too large, too deep), in the language
+    in use (a student reads it in the feedback), or None."""
+    why = policy.unreadable(source)
+    if why is None:
+        return None
+    if len(source) > policy.MAX_ANSWER_CHARS:
+        return _m("grading.too_large", chars=f"{len(source):,}", limit=f"{policy.MAX_ANSWER_CHARS:,}")
+    return _m("grading.too_deep", limit=policy.MAX_DEPTH)  # every other reason is a parser's depth (policy.parse)
+
+
 def chapter_limit(cell_timeout: float) -> float:
     """The default wall-clock limit of one student's chapter (seconds): twelve times the limit per cell and case,
     two minutes with the default 10 s. An honest chapter takes a few seconds; an answer that stops its own
@@ -781,6 +804,24 @@ def suspicious_lines(source: str) -> list[str]:
     return found
 
 
+def exercise_kinds(teacher: dict[str, Any]) -> dict[str, str]:
+    """{grade_id: kind} for each graded check cell of a teacher's source notebook (a JSON dict) that names an
+    exercise of its chapter's module: "build", "debug", "predict" or "transfer" (`Exercise.kind`). What lets a
+    report leave the predict exercises out of a grade."""
+    code = [c for c in teacher.get("cells", []) if isinstance(c, dict) and c.get("cell_type") == "code"]
+    modules = [m.group(1) for c in code for m in [_IMPORT_LINE.search(_source(c))] if m]
+    if not modules:
+        return {}
+    module = __import__(f"transformer_lab.exercises.{modules[0]}", fromlist=["_"])
+    kinds = {}
+    for cell in code:
+        meta, match = _meta(cell), _CHECK_LINE.search(_source(cell))
+        exercise = getattr(module, match.group(1), None) if match else None
+        if meta.get("grade") and isinstance(meta.get("grade_id"), str) and isinstance(exercise, Exercise):
+            kinds[meta["grade_id"]] = exercise.kind
+    return kinds
+
+
 def grade_notebook(
     teacher: dict[str, Any],
     submitted: dict[str, Any],
@@ -849,13 +890,13 @@ def grade_notebook(
                     continue
                 text = _source(theirs)
                 try:
-                    why = policy.unreadable(text)
+                    why = unreadable_reason(text)
                     lines, findings = ([], []) if why else (suspicious_lines(text), policy.refusals(text, context))
                 except Exception as exc:  # noqa: BLE001 - no source may stop the static passes
-                    why, lines, findings = f"the static check could not read it ({type(exc).__name__})", [], []
+                    why, lines, findings = _m("grading.static_failed", error=type(exc).__name__), [], []
                 if why:
                     unreadable.append(why)
-                    result.problems.append(f"answer cell {meta['grade_id']!r} could not be graded (not run): {why}")
+                    result.problems.append(_m("grading.cell_not_graded", cell=repr(meta["grade_id"]), reason=why))
                     continue
                 for line in lines:
                     result.problems.append(f"answer cell {meta['grade_id']!r} patches the course or torch: {line}")
