@@ -9,6 +9,7 @@ without them locally and fail under CI (tests/support.py).
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import math
 
@@ -904,3 +905,156 @@ def test_forced_heads_equal_a_plain_reference_and_make_every_sample_acrostic() -
         ft.generate_forced_heads(model, idx, heads, tokenizer, 17)
     with pytest.raises(ValueError, match="heads must be four"):
         ft.generate_forced_heads(model, idx, ["山水", "风月"], tokenizer, 5)
+
+
+# ---------------------------------------------------------------- the training loops
+
+
+def tiny_poem_model(block: int = 40):  # noqa: ANN201 - (GPT, TextTokenizer, SFTFormat)
+    from transformer_lab.data import TextTokenizer
+    from transformer_lab.gpt import GPT, GPTConfig
+
+    tokenizer = TextTokenizer("，。\n藏头续写山水风月花春夏秋冬云雨")
+    torch.manual_seed(0)
+    base = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, block_size=block, d_model=16, n_heads=2, n_layers=2))
+    return ft.add_special_tokens(base, 3), tokenizer, ft.SFTFormat(base_vocab=tokenizer.vocab_size)
+
+
+POEM = "春山水风月，夏花云雨山。秋水风月花，冬云雨山水。"
+
+
+def test_sft_lowers_the_loss_and_leaves_the_model_in_eval_mode() -> None:
+    model, tokenizer, fmt = tiny_poem_model()
+    data = ft.encode_examples([("藏头春夏秋冬", POEM), ("续写春山水风月", POEM[6:])], fmt, tokenizer)
+    before = ft.sft_validation_loss(model, data)
+    history = ft.sft(model, data, data, steps=40, batch_size=4, lr=1e-2, warmup=2, eval_every=20)
+    assert history["eval_step"] == [20, 40] and len(history["loss"]) == 40
+    assert history["val_loss"][-1] < 0.5 * before
+    assert not model.training
+    assert history["seconds"][0] > 0
+
+
+def test_sft_with_lora_trains_only_a_b_and_the_new_rows() -> None:
+    model, tokenizer, fmt = tiny_poem_model()
+    ft.apply_lora(model, ["w_q", "w_v", "w1"], rank=2, alpha=4.0)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    data = ft.encode_examples([("藏头春夏秋冬", POEM)], fmt, tokenizer)
+    ft.sft(model, data, steps=5, batch_size=2, lr=1e-2, warmup=1, new_rows=3)
+    for name, p in model.named_parameters():
+        if "lora_" in name:
+            assert name.endswith("lora_A") or not torch.equal(p, before[name]), name  # B leaves zero
+        elif name == "token_embedding.weight":
+            assert torch.equal(p[:-3], before[name][:-3]) and not torch.equal(p[-3:], before[name][-3:])
+        else:
+            assert torch.equal(p, before[name]), name
+    assert not model.token_embedding.weight.requires_grad  # frozen again after the run
+    with pytest.raises(ValueError, match="weight_decay=0"):
+        ft.sft(model, data, steps=1, new_rows=3, weight_decay=0.1)
+
+
+def test_sft_gradient_is_zero_at_prompt_positions() -> None:
+    model, tokenizer, fmt = tiny_poem_model()
+    inputs, targets, mask = ft.encode_examples([("藏头春夏秋冬", POEM)], fmt, tokenizer)
+    hidden = model.token_embedding(inputs).detach().requires_grad_(True)
+    logits = model.lm_head(hidden)  # a per-position head: position t's gradient comes from position t's loss
+    ft.response_loss(logits, targets, mask).backward()
+    assert hidden.grad[~mask].abs().max() == 0 and hidden.grad[mask].abs().max() > 0
+
+
+def test_lora_adapter_with_new_rows_round_trips(tmp_path) -> None:  # noqa: ANN001
+    model, tokenizer, fmt = tiny_poem_model()
+    base = copy.deepcopy(model)
+    ft.apply_lora(model, ["w_q", "w1"], rank=2, alpha=4.0)
+    data = ft.encode_examples([("藏头春夏秋冬", POEM)], fmt, tokenizer)
+    ft.sft(model, data, steps=3, batch_size=2, lr=1e-2, warmup=1, new_rows=3)
+    ft.save_lora(model, tmp_path / "a.pt", new_rows=3)
+    loaded = ft.load_lora(copy.deepcopy(base), tmp_path / "a.pt")
+    x = data[0]
+    torch.testing.assert_close(loaded.eval()(x), model.eval()(x))
+    with pytest.raises(ValueError, match="another base"):
+        other = copy.deepcopy(base)
+        with torch.no_grad():
+            other.layers[0].self_attn.w_o.weight[0, 0] += 1
+        ft.load_lora(other, tmp_path / "a.pt")
+    ft.save_lora(model, tmp_path / "b.pt")  # without the rows the fingerprint covers them: trained rows differ
+    with pytest.raises(ValueError, match="another base"):
+        ft.load_lora(copy.deepcopy(base), tmp_path / "b.pt")
+
+
+def test_rl_raises_a_simple_reward() -> None:
+    model, tokenizer, fmt = tiny_poem_model()
+
+    def reward(text, heads):  # noqa: ANN001, ANN202 - the share of 山 in the text
+        return 0.0 if not text else text.count("山") / len(text)
+
+    heads = ["春夏秋冬", "山水风月"]
+    rates = []
+
+    def measure(m):  # noqa: ANN001, ANN202
+        texts = [t for group in ft.sample_poems(m, fmt, tokenizer, heads * 20, seed=1) for t in group]
+        return {"reward": sum(reward(t, None) for t in texts) / len(texts)}
+
+    history = ft.rl(
+        model,
+        fmt,
+        tokenizer,
+        heads,
+        reward,
+        steps=30,
+        prompts_per_step=4,
+        group_size=8,
+        lr=3e-2,
+        evaluate=measure,
+        eval_every=30,
+        seed=0,
+    )
+    assert history["eval_step"] == [0, 30] and len(history["reward"]) == 30
+    rates = [e["reward"] for e in history["eval"]]
+    assert rates[1] > rates[0] + 0.2, rates
+
+
+def test_rl_refuses_bad_settings() -> None:
+    model, tokenizer, fmt = tiny_poem_model()
+    with pytest.raises(TypeError, match="reward"):
+        ft.rl(model, fmt, tokenizer, ["春夏秋冬"], "poem")
+    with pytest.raises(ValueError, match="reference"):
+        ft.rl(model, fmt, tokenizer, ["春夏秋冬"], ft.poem_reward, kl_coef=0.1)
+    with pytest.raises(ValueError, match="steps"):
+        ft.rl(model, fmt, tokenizer, ["春夏秋冬"], ft.poem_reward, steps=0)
+
+
+def test_rejection_sample_keeps_only_poems_that_pass_every_check(monkeypatch) -> None:  # noqa: ANN001
+    good = "春来山水好，夏日听风声。秋月何时了，冬云满旧城。"  # 声 / 城: both 庚
+    same = "春来山水好，夏日满旧城。秋月何时了，冬云满旧城。"  # one character twice: 重韵
+    bad = "春来山水好，夏日满旧城。秋月何时了，冬云满旧山。"  # 城 / 山: no rhyme
+    monkeypatch.setattr(ft, "sample_poems", lambda *a, **k: [[good, same, bad, None, good]])
+    pairs = ft.rejection_sample(None, None, None, ["春夏秋冬"], samples=5, keep_per_prompt=3)
+    assert pairs == [("藏头春夏秋冬", good)]
+
+
+def test_poem_reward_and_rhyme_reward() -> None:
+    good = "春来山水好，夏日听风声。秋月何时了，冬云满旧城。"
+    same = "春来山水好，夏日满旧城。秋月何时了，冬云满旧城。"
+    assert ft.poem_reward(good, "春夏秋冬", True) == 1.0
+    assert ft.poem_reward(same, "春夏秋冬") == 1.0 and ft.poem_reward(same, "春夏秋冬", True) == pytest.approx(2 / 3)
+    assert ft.poem_reward(None, "春夏秋冬") == 0.0 and ft.rhyme_reward(None, "春夏秋冬") == 0.0
+    assert ft.rhyme_reward(same, "春夏秋冬") == 1.0 and ft.rhyme_reward("山，水。", "春夏秋冬") == 0.0
+
+
+def test_evaluate_poems_rates_are_those_of_its_samples() -> None:
+    model, tokenizer, fmt = tiny_poem_model()
+    heads = ["春夏秋冬", "山水风月", "云雨花春"]
+    result = ft.evaluate_poems(model, fmt, tokenizer, heads, {"春山水风月"}, seed=3)
+    texts = result.pop("texts")
+    assert texts == [g[0] for g in ft.sample_poems(model, fmt, tokenizer, heads, seed=3)]
+    expected = {**ft.poem_rates(texts, heads), **ft.diversity(texts, {"春山水风月"})}
+    assert result.keys() == expected.keys()
+    for key, value in expected.items():
+        assert result[key] == value or (math.isnan(value) and math.isnan(result[key]))
+
+
+def test_common_heads_are_four_different_common_line_initials() -> None:
+    poems = ["春山水风月，夏花云雨山。秋水风月花，冬云雨山水。", "春水，夏山。"]
+    heads = ft.common_heads(poems, 20, seed=1, top=4)
+    assert len(heads) == 20 and all(len(set(h)) == 4 and set(h) == set("春夏秋冬") for h in heads)
+    assert heads == ft.common_heads(poems, 20, seed=1, top=4)

@@ -19,6 +19,10 @@ policy gradient, and rewards a program checks.
     rhyme_class(char)                          the character's class in 中华新韵 (14 classes), by pypinyin
     pretraining_poems / make_examples / sft_splits   SFT data from the corpus, split by poem (test: unseen before)
     poem_rates / diversity                     the benchmarks' shares: form, acrostic, rhyme, all; distinct, copied
+    encode_examples / sft                      SFT: the masked response loss with the course's AdamW, fixed steps
+    rejection_sample                           the model's own poems that pass every check (stage c')
+    rl                                         the group-relative policy gradient loop, rewards plain functions
+    sample_poems / evaluate_poems / common_heads   unconstrained sampling at fixed settings and its rates
 
 Tested (tests/test_finetune.py): LoRA equal to Hugging Face PEFT on a Llama read by `tl.hf.from_hf` (logits and
 A, B gradients to 1e-10 in float64, merged weights to 1e-12); the RL objective equal to a loop implementation;
@@ -82,6 +86,7 @@ __all__ = [
     "rhymes",
     "poem_checks",
     "poem_reward",
+    "rhyme_reward",
     "corpus_rhyme_rate",
     "INSTRUCTIONS",
     "SFTExample",
@@ -92,6 +97,15 @@ __all__ = [
     "continuation_checks",
     "poem_rates",
     "diversity",
+    "encode_examples",
+    "sft_validation_loss",
+    "sft",
+    "acrostic_prompt",
+    "sample_poems",
+    "rejection_sample",
+    "rl",
+    "evaluate_poems",
+    "common_heads",
 ]
 
 
@@ -669,31 +683,48 @@ def load_sft(path: str | os.PathLike[str]) -> tuple[nn.Module, Any, SFTFormat]:
 LORA_KIND = "gpt_lora"
 
 
-def base_fingerprint(model: nn.Module) -> str:
+#: The parameters whose LAST rows are the added tokens' (`add_special_tokens`): the token embedding and a head.
+_TOKEN_ROWS = ("token_embedding.weight", "lm_head.weight")
+
+
+def base_fingerprint(model: nn.Module, skip_rows: int = 0) -> str:
     """A SHA-256 of the model's frozen (non-LoRA) weights as float32 bytes, names and all: an adapter saved on
-    one base is refused on any other (`load_lora`). Unmerged LoRA layers count as their base."""
+    one base is refused on any other (`load_lora`). Unmerged LoRA layers count as their base. `skip_rows`
+    leaves out the last rows of the token embedding and the head: the added tokens' rows, which a LoRA run may
+    train (`sft(..., new_rows=3)`) and its adapter then carries."""
     import hashlib
 
+    if isinstance(skip_rows, bool) or not isinstance(skip_rows, int) or skip_rows < 0:
+        raise ValueError(f"skip_rows must be an int >= 0 (the added tokens' rows), got {skip_rows!r}")
     digest = hashlib.sha256()
     for name, tensor in sorted(model.state_dict().items()):
         if "lora_" in name:
             continue
-        digest.update(name.replace(".base.", ".").encode("utf-8"))
+        name = name.replace(".base.", ".")
+        if skip_rows and name in _TOKEN_ROWS:
+            tensor = tensor[:-skip_rows]
+        digest.update(name.encode("utf-8"))
         digest.update(tensor.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
     return digest.hexdigest()
 
 
-def save_lora(model: nn.Module, path: str | os.PathLike[str], **extra: Any) -> None:
+def save_lora(model: nn.Module, path: str | os.PathLike[str], new_rows: int = 0, **extra: Any) -> None:
     """Write only a model's LoRA layers: their names, rank, alpha, dropout, A and B, and the fingerprint of
     the base they were trained on (`base_fingerprint`), a few kilobytes instead of the whole model. The layers
-    must not be merged (the base would then hold the update)."""
+    must not be merged (the base would then hold the update).
+
+    `new_rows`: also store the last `new_rows` rows of the token embedding, the added tokens' rows that a LoRA
+    run trained beside A and B (`sft(..., new_rows=3)`, as PEFT's `trainable_token_indices` does); the
+    fingerprint then leaves them out, and `load_lora` puts them back."""
     from transformer_lab._checks import check_plain_data
 
     modules = _lora_or_error(model)
     if any(m.merged for m in modules.values()):
         raise ValueError("the LoRA layers are merged: unmerge_lora(model) before save_lora (the base must be clean)")
+    if isinstance(new_rows, bool) or not isinstance(new_rows, int) or new_rows < 0:
+        raise ValueError(f"new_rows must be an int >= 0 (the added tokens' rows to store), got {new_rows!r}")
     for key, value in extra.items():
-        if key in ("kind", "layers", "base_fingerprint"):
+        if key in ("kind", "layers", "base_fingerprint", "token_rows"):
             raise ValueError(f"extra data may not be called {key!r}: the checkpoint uses that key itself")
         check_plain_data(key, value)
     layers = {
@@ -701,7 +732,10 @@ def save_lora(model: nn.Module, path: str | os.PathLike[str], **extra: Any) -> N
                "B": m.lora_B.detach().cpu()}
         for name, m in modules.items()
     }  # fmt: skip
-    torch.save({"kind": LORA_KIND, "layers": layers, "base_fingerprint": base_fingerprint(model), **extra}, path)
+    checkpoint = {"kind": LORA_KIND, "layers": layers, "base_fingerprint": base_fingerprint(model, new_rows), **extra}
+    if new_rows:
+        checkpoint["token_rows"] = model.token_embedding.weight[-new_rows:].detach().cpu().clone()  # (new_rows, D)
+    torch.save(checkpoint, path)
 
 
 def load_lora(base: nn.Module, path: str | os.PathLike[str]) -> nn.Module:
@@ -720,7 +754,14 @@ def load_lora(base: nn.Module, path: str | os.PathLike[str]) -> nn.Module:
         raise ValueError(f"{os.fspath(path)!r} is not a LoRA checkpoint (write one with save_lora)")
     if lora_modules(base):
         raise ValueError("base already has LoRA layers: load the adapter on the plain base model")
-    if base_fingerprint(base) != data["base_fingerprint"]:
+    rows = data.get("token_rows")
+    if rows is not None and not isinstance(rows, Tensor):
+        raise ValueError(f"{os.fspath(path)!r} holds bad token rows (expected a tensor)")
+    if rows is not None and getattr(getattr(base, "lm_head", None), "weight", None) is not getattr(
+        getattr(base, "token_embedding", None), "weight", 0
+    ):
+        raise ValueError(f"{os.fspath(path)!r} carries the added tokens' rows, which need a GPT with a tied head")
+    if base_fingerprint(base, 0 if rows is None else len(rows)) != data["base_fingerprint"]:
         raise ValueError(
             f"{os.fspath(path)!r} was trained on another base model (its weights' fingerprint differs): load it on "
             "the base it was trained on"
@@ -734,6 +775,9 @@ def load_lora(base: nn.Module, path: str | os.PathLike[str]) -> nn.Module:
     for module in lora_modules(base).values():  # apply_lora froze all but the newest layer's A and B
         module.lora_A.requires_grad_(True)
         module.lora_B.requires_grad_(True)
+    if rows is not None:  # the added tokens' rows, trained beside A and B (a tied head reads the same rows)
+        with torch.no_grad():
+            base.token_embedding.weight[-len(rows) :] = rows.to(base.token_embedding.weight.dtype)
     return base
 
 
@@ -1147,11 +1191,21 @@ def poem_checks(text: str, heads: str) -> dict[str, bool]:
     return checks
 
 
-def poem_reward(text: str, heads: str) -> float:
+def poem_reward(text: str | None, heads: str, distinct: bool = False) -> float:
     """The reward of a sampled 藏头诗: the share of the three checks it passes (0, 1/3, 2/3 or 1), so that a
-    poem in form that misses the rhyme still scores above one that fails everything."""
-    checks = poem_checks(text, heads)
-    return (checks["form"] + checks["acrostic"] + checks["rhyme"]) / 3
+    poem in form that misses the rhyme still scores above one that fails everything. With `distinct`, a rhyme
+    on the same character (重韵) does not count (`rhymes`): chapter 13's RL uses it, after the reward-hacking
+    run. None (an undecodable sample) gets 0."""
+    if text is None:
+        _check_heads(heads)
+        return 0.0
+    return (in_form(text) + acrostic(text, heads) + rhymes(text, distinct)) / 3
+
+
+def rhyme_reward(text: str | None, heads: str) -> float:
+    """1 if lines 2 and 4 rhyme (`rhymes`), else 0: the reward the reward-hacking run of chapter 13 games (the
+    same character at the end of both lines rhymes, whatever the poem)."""
+    return float(text is not None and rhymes(text))
 
 
 def corpus_rhyme_rate(text: str) -> tuple[int, int]:
@@ -1323,3 +1377,343 @@ def diversity(texts: Sequence[str | None], training_lines: set[str] | frozenset[
         "copied": sum(line in training_lines for line in lines) / len(lines) if lines else nan,
         "last_chars": len(set(ends)) / len(ends) if ends else nan,
     }
+
+
+# ---------------------------------------------------------------- the training loops: SFT, rejection sampling, RL
+
+
+def encode_examples(
+    examples: Sequence[SFTExample] | Sequence[tuple[str, str]], fmt: SFTFormat, tokenizer: Any
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Every example (an `SFTExample` or a (prompt, response) pair) as one padded batch: (N, T) inputs, targets
+    and mask (`SFTFormat.batch`), encoded once so that a training step only indexes rows."""
+    pairs = [(e.prompt, e.response) if isinstance(e, SFTExample) else tuple(e) for e in examples]
+    if not pairs:
+        raise ValueError("examples must not be empty")
+    return fmt.batch(tokenizer, pairs)
+
+
+def _check_positive(name: str, value: object, kind: type = int) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int) or not value > 0:
+        raise ValueError(f"{name} must be a positive {kind.__name__}, got {value!r}")
+
+
+@torch.no_grad()
+def sft_validation_loss(model: nn.Module, data: tuple[Tensor, Tensor, Tensor], batch_size: int = 256) -> float:
+    """The masked response loss (`response_loss`) over a whole encoded set, every response token weighing the
+    same: a fixed number for a fixed set."""
+    inputs, targets, mask = data
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    try:
+        for start in range(0, len(inputs), batch_size):
+            rows = slice(start, start + batch_size)
+            logits = model(inputs[rows])  # (b, T, V)
+            m = mask[rows]
+            total += F.cross_entropy(logits[m], targets[rows][m], reduction="sum").item()
+            count += int(m.sum())
+    finally:
+        model.train(was_training)
+    return total / count
+
+
+def sft(
+    model: nn.Module,
+    train: tuple[Tensor, Tensor, Tensor],
+    validation: tuple[Tensor, Tensor, Tensor] | None = None,
+    *,
+    steps: int = 600,
+    batch_size: int = 32,
+    lr: float = 5e-4,
+    min_lr: float | None = None,
+    warmup: int = 20,
+    weight_decay: float = 0.0,
+    clip_norm: float | None = 1.0,
+    eval_every: int = 100,
+    new_rows: int = 0,
+    seed: int = 0,
+    log: Any = None,
+) -> dict[str, list[float]]:
+    """Supervised fine-tuning (chapter 13): `steps` steps of the masked response loss (`response_loss`) on
+    batches drawn at random from `train`, with the course's AdamW (`tl.gpt_training.make_adamw`, fused where
+    PyTorch has it) over the parameters that require a gradient: all of them (full fine-tuning), or LoRA's A
+    and B after `apply_lora`. The learning rate warms up for `warmup` steps, then decays along a cosine to
+    `min_lr` (lr / 10 unless given), as chapter 10's. No weight decay by default, as nanochat's SFT.
+
+    Args:
+        model: the GPT with the format's tokens (`add_special_tokens`), changed in place; left in eval mode.
+        train, validation: encoded examples (`encode_examples`): (N, T) inputs, targets, mask.
+        clip_norm: the gradients' global norm is clipped to it (None: not clipped).
+        eval_every: the validation loss every so many steps, and after the last.
+        new_rows: also train the last `new_rows` rows of the token embedding (the added tokens), the rest of it
+            staying frozen: a LoRA run, whose base cannot otherwise learn what its new tokens mean (the tied head
+            reads the same rows, so <|end|> could not be learned to be predicted). Needs weight_decay 0 (decay
+            would move the frozen rows).
+        seed: draws the batches (a `torch.Generator`), not the model.
+        log: called with a progress line now and then (e.g. print), or None.
+
+    Returns:
+        the history: "step" and "loss" (every step), "eval_step" and "val_loss", "seconds" (CPU time,
+        `time.process_time`, of the whole run).
+    """
+    import time
+
+    from transformer_lab.gpt_training import cosine_lr, make_adamw
+
+    _check_positive("steps", steps)
+    _check_positive("batch_size", batch_size)
+    _check_positive("eval_every", eval_every)
+    _check_positive("lr", lr, float)
+    if isinstance(new_rows, bool) or not isinstance(new_rows, int) or new_rows < 0:
+        raise ValueError(f"new_rows must be an int >= 0 (the added tokens' rows to train), got {new_rows!r}")
+    if new_rows and weight_decay:
+        raise ValueError("new_rows needs weight_decay=0: decay would move the frozen rows of the embedding too")
+    inputs, targets, mask = train
+    if not (isinstance(inputs, Tensor) and inputs.shape == targets.shape == mask.shape and inputs.dim() == 2):
+        raise ValueError("train must be (inputs, targets, mask) of one (N, T) shape: use encode_examples")
+    start = time.process_time()
+    min_lr = lr / 10 if min_lr is None else min_lr
+    hook = None
+    embedding = model.token_embedding.weight
+    if new_rows:
+        embedding.requires_grad_(True)
+        keep = torch.zeros(embedding.shape[0], 1, dtype=embedding.dtype)
+        keep[-new_rows:] = 1.0
+        hook = embedding.register_hook(lambda grad: grad * keep)  # only the added tokens' rows learn
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("model has no parameter that requires a gradient: nothing to train")
+    optimizer = make_adamw(model, lr, weight_decay)
+    generator = torch.Generator().manual_seed(seed)
+    history: dict[str, list[float]] = {"step": [], "loss": [], "eval_step": [], "val_loss": []}
+    model.train()
+    try:
+        for step in range(1, steps + 1):
+            for group in optimizer.param_groups:
+                group["lr"] = cosine_lr(step - 1, lr, min_lr, min(warmup, steps), steps)
+            rows = torch.randint(len(inputs), (batch_size,), generator=generator)  # (B,)
+            loss = response_loss(model(inputs[rows]), targets[rows], mask[rows])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if clip_norm is not None:
+                nn.utils.clip_grad_norm_(params, clip_norm)
+            optimizer.step()
+            history["step"].append(step)
+            history["loss"].append(loss.item())
+            if validation is not None and (step % eval_every == 0 or step == steps):
+                history["eval_step"].append(step)
+                history["val_loss"].append(sft_validation_loss(model, validation))
+                if log is not None:
+                    log(f"sft step {step}/{steps}: loss {loss.item():.3f}, validation {history['val_loss'][-1]:.3f}")
+    finally:
+        if hook is not None:
+            hook.remove()
+            embedding.requires_grad_(False)
+        model.eval()
+    history["seconds"] = [time.process_time() - start]
+    return history
+
+
+def acrostic_prompt(heads: str) -> str:
+    """The 藏头 instruction for four heads: "藏头" + heads (`INSTRUCTIONS`)."""
+    return INSTRUCTIONS["acrostic"] + _check_heads(heads)
+
+
+def sample_poems(
+    model: nn.Module,
+    fmt: SFTFormat,
+    tokenizer: Any,
+    heads: Sequence[str],
+    *,
+    temperature: float = 0.8,
+    top_k: int | None = None,
+    samples: int = 1,
+    batch_size: int = 500,
+    seed: int = 0,
+) -> list[list[str | None]]:
+    """`samples` responses of a fine-tuned model to the 藏头 prompt of each heads (`sample_groups`, with the KV
+    cache, `batch_size` prompts at a time): unconstrained sampling at fixed settings. Returns one list per
+    heads."""
+    generator = torch.Generator().manual_seed(seed)
+    out: list[list[str | None]] = []
+    for start in range(0, len(heads), batch_size):
+        chunk = [acrostic_prompt(h) for h in heads[start : start + batch_size]]
+        rollout = sample_groups(
+            model, fmt, tokenizer, chunk, samples, 25, temperature=temperature, top_k=top_k, generator=generator
+        )
+        out += rollout.texts
+    return out
+
+
+def rejection_sample(
+    model: nn.Module,
+    fmt: SFTFormat,
+    tokenizer: Any,
+    heads: Sequence[str],
+    *,
+    samples: int = 4,
+    temperature: float = 1.0,
+    seed: int = 0,
+    keep_per_prompt: int = 1,
+) -> list[tuple[str, str]]:
+    """Rejection sampling's data (chapter 13's stage c'): `samples` poems per heads from the model, kept where
+    all three checks pass (`poem_checks`, the same checks RL rewards; a rhyme on one character twice does not
+    count), at most `keep_per_prompt` distinct ones per heads. Returns (prompt, response) pairs to fine-tune
+    on: the model's own successes, the data filtered by the reward (rejection-sampling fine-tuning, as in
+    Yuan et al. 2023's RFT and Llama 2's rejection sampling)."""
+    pairs: list[tuple[str, str]] = []
+    for head, texts in zip(
+        heads,
+        sample_poems(model, fmt, tokenizer, heads, temperature=temperature, samples=samples, seed=seed),
+        strict=True,
+    ):
+        good = []
+        for text in texts:
+            if text is not None and text not in good and poem_checks(text, head)["all"] and rhymes(text, True):
+                good.append(text)
+        pairs += [(acrostic_prompt(head), text) for text in good[:keep_per_prompt]]
+    return pairs
+
+
+def rl(
+    model: nn.Module,
+    fmt: SFTFormat,
+    tokenizer: Any,
+    heads: Sequence[str],
+    reward: Any = poem_reward,
+    *,
+    steps: int = 100,
+    prompts_per_step: int = 16,
+    group_size: int = 8,
+    lr: float = 1e-4,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    z_score: bool = False,
+    kl_coef: float = 0.0,
+    reference: nn.Module | None = None,
+    clip_norm: float | None = 1.0,
+    seed: int = 0,
+    evaluate: Any = None,
+    eval_every: int = 25,
+    log: Any = None,
+) -> dict[str, list]:
+    """Reinforcement learning with a reward a program checks (chapter 13): a group-relative policy gradient,
+    on-policy as nanochat's chat_rl.
+
+    Each step draws `prompts_per_step` heads, samples `group_size` poems for each in ONE batch with the KV
+    cache (`sample_groups`), scores each poem with `reward(text, heads)` (a plain Python function; text None
+    where the sample could not be decoded), and takes one AdamW step on `policy_gradient_loss`: advantage =
+    reward - the group's mean (z-score, KL penalty as switches, off by default), every response token of the
+    batch weighted the same. The learning rate is constant (nanochat's RL decays it linearly; at this length a
+    constant rate learned as much in our runs).
+
+    Args:
+        model: the SFT model, changed in place (left in eval mode).
+        heads: the heads the prompts are drawn from (training poems' heads: never the test's).
+        reward: reward(text, heads) -> float.
+        kl_coef, reference: the KL penalty to a frozen reference model (the SFT model), off by default.
+        evaluate: called as evaluate(model) -> dict of numbers before the first step, every `eval_every` steps
+            and after the last (the curves), or None.
+
+    Returns:
+        the history: "step", "reward" (the batch's mean reward), "eval_step", "eval" (evaluate's dicts),
+        "seconds" (CPU time of the whole run, evaluation included).
+    """
+    import time
+
+    from transformer_lab.gpt_training import make_adamw
+
+    _check_positive("steps", steps)
+    _check_positive("prompts_per_step", prompts_per_step)
+    _check_positive("group_size", group_size)
+    _check_positive("lr", lr, float)
+    if not callable(reward):
+        raise TypeError(f"reward must be a function reward(text, heads) -> float, got {type(reward).__name__}")
+    if not heads:
+        raise ValueError("heads must be a non-empty list of four-character heads")
+    if kl_coef and reference is None:
+        raise ValueError("kl_coef > 0 needs reference: the frozen SFT model the penalty measures the policy against")
+    start = time.process_time()
+    optimizer = make_adamw(model, lr, weight_decay=0.0)
+    params = [p for p in model.parameters() if p.requires_grad]
+    generator = torch.Generator().manual_seed(seed)
+    history: dict[str, list] = {"step": [], "reward": [], "eval_step": [], "eval": []}
+
+    def run_eval(step: int) -> None:
+        if evaluate is not None:
+            history["eval_step"].append(step)
+            history["eval"].append(evaluate(model))
+            if log is not None:
+                log(f"rl step {step}/{steps}: {history['eval'][-1]}")
+
+    run_eval(0)
+    for step in range(1, steps + 1):
+        chosen = [heads[int(i)] for i in torch.randint(len(heads), (prompts_per_step,), generator=generator)]
+        rollout = sample_groups(
+            model,
+            fmt,
+            tokenizer,
+            [acrostic_prompt(h) for h in chosen],
+            group_size,
+            25,
+            temperature=temperature,
+            top_k=top_k,
+            generator=generator,
+        )
+        rewards = torch.tensor(
+            [[float(reward(text, head)) for text in texts] for head, texts in zip(chosen, rollout.texts, strict=True)]
+        )  # (P, G)
+        model.train()
+        logprobs = response_logprobs(model, rollout)  # (P, G, N)
+        ref = None
+        if kl_coef:
+            with torch.no_grad():
+                ref = response_logprobs(reference, rollout)
+        loss = policy_gradient_loss(logprobs, rewards, rollout.mask, z_score=z_score, ref_logprobs=ref, kl_coef=kl_coef)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if clip_norm is not None:
+            nn.utils.clip_grad_norm_(params, clip_norm)
+        optimizer.step()
+        model.eval()
+        history["step"].append(step)
+        history["reward"].append(rewards.mean().item())
+        if step % eval_every == 0 or step == steps:
+            run_eval(step)
+    history["seconds"] = [time.process_time() - start]
+    return history
+
+
+def evaluate_poems(
+    model: nn.Module,
+    fmt: SFTFormat,
+    tokenizer: Any,
+    heads: Sequence[str],
+    training_lines: set[str] | frozenset[str] = frozenset(),
+    *,
+    temperature: float = 0.8,
+    top_k: int | None = None,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """One poem per heads from a fine-tuned model (`sample_poems`, fixed settings and seed), and its rates:
+    form, acrostic, rhyme, all three (`poem_rates`), and the diversity measures (`diversity`: distinct lines,
+    lines copied from `training_lines`, distinct rhyme characters). "texts" holds the samples."""
+    texts = [
+        group[0]
+        for group in sample_poems(model, fmt, tokenizer, heads, temperature=temperature, top_k=top_k, seed=seed)
+    ]
+    return {**poem_rates(texts, list(heads)), **diversity(texts, training_lines), "texts": texts}
+
+
+def common_heads(poems: Sequence[str], count: int, seed: int = 0, top: int = 300) -> list[str]:
+    """`count` sets of four heads drawn at random (4 different characters each, `seed`) from the `top` most
+    common line-initial characters of `poems` (chapter 13's second kind of held-out heads: not skewed by the
+    corpus's order)."""
+    import random
+    from collections import Counter
+
+    counts = Counter(line[0] for poem in poems for line in poem_lines(poem) if line and _is_hanzi(line[0]))
+    chars = [c for c, _ in counts.most_common(top)]
+    rng = random.Random(seed)
+    return ["".join(rng.sample(chars, 4)) for _ in range(count)]

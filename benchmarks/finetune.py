@@ -1,0 +1,480 @@
+"""Chapter 13's measurements: from chapter 10's Tang model to one that writes 藏头诗 (acrostic quatrains).
+
+    python benchmarks/finetune.py run --seed 0            # stages (a)-(e) and (c') for one seed (about 5 CPU minutes)
+    python benchmarks/finetune.py run --seed 0 --write    # ... and ship its checkpoints and log (seed 0's)
+    python benchmarks/finetune.py hack --seed 0           # the reward-hacking run: RL on the rhyme alone, then mended
+    python benchmarks/finetune.py table                   # the rates' table of the log: mean and spread over seeds
+    python benchmarks/finetune.py ship                    # the log -> transformer_lab/assets/finetune_log.json
+
+Base: `transformer_lab/assets/gpt_tang.pt` (chapter 10's, 1.53 M parameters), grown by the three format tokens
+(`tl.finetune.add_special_tokens`). Every stage is measured the same way on two sets of 500 heads: heads of
+poems neither pretraining nor SFT saw ("held-out": the test split's 藏头 examples, 500 drawn with a fixed seed;
+the corpus is sorted by first character, so these heads are skewed towards the end of that order), and sets of
+four characters drawn at random from the 300 most common line-initial characters of the seen poems ("random").
+One poem per heads, unconstrained sampling at temperature 0.8 (`tl.finetune.evaluate_poems`), the same sampling
+seed for every stage.
+
+Stages:
+  (a) the base model prompted with one example: "藏头" + heads + the example poem + newline + "藏头" + heads;
+      the text up to the next newline is its answer (the context is 64 tokens; this fills 63 of them);
+  (b) the base model, each line's first character forced (constrained decoding): acrostic by construction;
+  (c) SFT, all weights, on both instruction kinds (藏头 and 续写) of the seen poems;
+  (c') from (c): rejection sampling on the training poems' heads (4 samples each, those passing all three checks
+      kept) and SFT on them;
+  (d) SFT with LoRA (rank 8 on every Linear of the blocks, the added tokens' 3 rows trained too), the same data;
+  (e) from (c): RL with the group-relative policy gradient, reward = share of the three checks passed (a rhyme on
+      one character twice does not count).
+
+Each line of the log (benchmarks/results/finetune.jsonl) is one stage of one seed: its rates on both head sets,
+its CPU time (`time.process_time`, one thread, evaluation excluded), its trainable parameters, the training
+state's memory, its curves, and 8 samples. `--write` also saves seed 0's checkpoints (float16) to
+transformer_lab/assets/: finetune_sft.pt (c), finetune_lora.pt (the adapter of d), finetune_rl.pt (e), and the
+log as transformer_lab/assets/finetune_log.json, which chapter 13 reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from transformer_lab import data  # noqa: E402
+from transformer_lab import finetune as ft  # noqa: E402
+from transformer_lab.gpt_training import load_gpt  # noqa: E402
+
+LOG = ROOT / "benchmarks" / "results" / "finetune.jsonl"
+HACK_LOG = ROOT / "benchmarks" / "results" / "finetune-hacking.jsonl"
+ASSETS = ROOT / "transformer_lab" / "assets"
+BASE = ASSETS / "gpt_tang.pt"
+
+#: Every stage's settings (the CLI's defaults are the same: `transformer-lab sft` / `rl`).
+SETTINGS = {
+    "heads": 500,
+    "temperature": 0.8,
+    "sft": {"steps": 250, "batch_size": 32, "lr": 2e-3, "warmup": 20},
+    "lora": {
+        "steps": 250,
+        "batch_size": 32,
+        "lr": 4e-3,
+        "warmup": 20,
+        "rank": 8,
+        "alpha": 16.0,
+        "targets": ["w_q", "w_k", "w_v", "w_o", "w1", "w2"],
+    },
+    "rejection": {"prompts": 400, "samples": 4, "steps": 80, "batch_size": 32, "lr": 5e-4, "warmup": 10},
+    "rl": {
+        "steps": 50,
+        "prompts_per_step": 16,
+        "group_size": 8,
+        "lr": 3e-4,
+        "temperature": 1.0,
+        "eval_every": 25,
+        "eval_heads": 100,
+    },
+}
+SAMPLES = 8
+
+
+def setup() -> dict:
+    """The base, its tokenizer, the data and both sets of heads (the same for every seed)."""
+    base, tokenizer = load_gpt(BASE)
+    text = data.load_corpus("tang")
+    splits = ft.sft_splits(text)
+    seen, _ = ft.pretraining_poems(text)
+    test_heads = [e.argument for e in splits["test"] if e.kind == "acrostic"]
+    held_out = random.Random(0).sample(test_heads, SETTINGS["heads"])
+    random_heads = ft.common_heads(seen, SETTINGS["heads"], seed=0)
+    train_heads = [e.argument for e in splits["train"] if e.kind == "acrostic"]
+    valid_heads = [e.argument for e in splits["validation"] if e.kind == "acrostic"]
+    training_lines = {line for poem in seen for line in ft.poem_lines(poem) if line}
+    example = splits["train"][0]  # the one-shot example of stage (a)
+    return dict(
+        base=base,
+        tokenizer=tokenizer,
+        text=text,
+        splits=splits,
+        heads={"held_out": held_out, "random": random_heads},
+        train_heads=train_heads,
+        valid_heads=valid_heads,
+        training_lines=training_lines,
+        example=example,
+    )
+
+
+def rates_of(texts: list, heads: list, lines: set) -> dict:
+    return {**ft.poem_rates(texts, heads), **ft.diversity(texts, lines)}
+
+
+def evaluate(model, fmt, s: dict, seed: int) -> dict:
+    out = {}
+    for name, heads in s["heads"].items():
+        result = ft.evaluate_poems(
+            model, fmt, s["tokenizer"], heads, s["training_lines"], temperature=SETTINGS["temperature"], seed=seed
+        )
+        texts = result.pop("texts")
+        out[name] = result
+        out[name + "_samples"] = [f"{h} {t}" for h, t in zip(heads[:SAMPLES], texts[:SAMPLES], strict=True)]
+    return out
+
+
+def four_lines(text: str) -> str:
+    """A base model's answer: its text up to the newline, or to the end of the fourth line (the second "。") if
+    that comes first (a base model trained on whole poems goes on to an eight-line one)."""
+    text = text.split("\n")[0]
+    first = text.find("。")
+    second = text.find("。", first + 1) if first >= 0 else -1
+    return text[: second + 1] if second >= 0 else text
+
+
+def curve(s: dict, fmt, seed: int):
+    """The RL curves' measure: the rates on the first `eval_heads` validation heads (seen poems SFT left out)."""
+    heads = s["valid_heads"][: SETTINGS["rl"]["eval_heads"]]
+
+    def point(model) -> dict:
+        r = ft.evaluate_poems(
+            model, fmt, s["tokenizer"], heads, s["training_lines"], temperature=SETTINGS["temperature"], seed=seed
+        )
+        r.pop("texts")
+        return {k: round(v, 4) for k, v in r.items()}
+
+    return point
+
+
+def base_one_shot(s: dict, seed: int) -> dict:
+    """Stage (a): the base model, prompted with one worked example."""
+    model, tok, ex = s["base"], s["tokenizer"], s["example"]
+    out = {}
+    generator = torch.Generator().manual_seed(seed)
+    for name, heads in s["heads"].items():
+        prompts = [ex.prompt + ex.response + "\n" + ft.acrostic_prompt(h) for h in heads]
+        idx = torch.tensor(
+            [tok.encode(p).tolist() if hasattr(tok.encode(p), "tolist") else tok.encode(p) for p in prompts]
+        )
+        length = idx.shape[1]
+        new = model.generate(
+            idx, model.config.block_size - length, temperature=SETTINGS["temperature"], generator=generator
+        )[:, length:]
+        texts = [four_lines(tok.decode(row.tolist())) for row in new]
+        out[name] = rates_of(texts, heads, s["training_lines"])
+        out[name + "_samples"] = [f"{h} {t}" for h, t in zip(heads[:SAMPLES], texts[:SAMPLES], strict=True)]
+    return out
+
+
+def base_forced(s: dict, seed: int) -> dict:
+    """Stage (b): the base model, each line's first character forced, after one example poem and a newline."""
+    model, tok, ex = s["base"], s["tokenizer"], s["example"]
+    out = {}
+    generator = torch.Generator().manual_seed(seed)
+    for name, heads in s["heads"].items():
+        idx = torch.tensor([list(tok.encode(ex.response + "\n"))] * len(heads))
+        tokens = ft.generate_forced_heads(
+            model, idx, heads, tok, 25, temperature=SETTINGS["temperature"], generator=generator
+        )
+        texts = [four_lines(tok.decode(row.tolist())) for row in tokens[:, idx.shape[1] :]]
+        out[name] = rates_of(texts, heads, s["training_lines"])
+        out[name + "_samples"] = [f"{h} {t}" for h, t in zip(heads[:SAMPLES], texts[:SAMPLES], strict=True)]
+    return out
+
+
+@torch.no_grad()
+def round_to_half(model) -> None:
+    """Round every weight to float16 and back: the model becomes exactly what its float16 checkpoint holds."""
+    for p in model.state_dict().values():
+        if p.is_floating_point():
+            p.copy_(p.half().float())
+
+
+def trainable(model) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+def state_bytes(count: int) -> int:
+    """The training state a parameter count costs: its gradient and AdamW's two moments, float32 each."""
+    return 3 * 4 * count
+
+
+def run(seed: int, write: bool, log_path: Path) -> None:
+    torch.set_num_threads(1)
+    s = setup()
+    tok = s["tokenizer"]
+    fmt = ft.SFTFormat(tok.vocab_size)
+    records = []
+
+    def record(stage: str, seconds: float, extra: dict, model=None) -> None:
+        line = {"stage": stage, "seed": seed, "cpu_seconds": round(seconds, 2), **extra}
+        records.append(line)
+        with open(log_path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(line, ensure_ascii=False) + "\n")
+        short = {k: {m: round(v, 3) for m, v in line[k].items()} for k in ("held_out", "random")}
+        print(f"[seed {seed}] {stage}: {seconds:.1f} s CPU {short}", flush=True)
+
+    torch.manual_seed(seed)
+    t = time.process_time()
+    result = base_one_shot(s, seed)  # sampling only: the CPU time of the 1,000 samples
+    record("a_base_one_shot", time.process_time() - t, result)
+    t = time.process_time()
+    result = base_forced(s, seed)
+    record("b_forced_heads", time.process_time() - t, result)
+
+    train = ft.encode_examples(s["splits"]["train"], fmt, tok)
+    valid = ft.encode_examples(s["splits"]["validation"], fmt, tok)
+
+    # (c) SFT, all weights
+    torch.manual_seed(seed)
+    sft_model = ft.add_special_tokens(s["base"])
+    count = trainable(sft_model)
+    c = SETTINGS["sft"]
+    hist = ft.sft(
+        sft_model,
+        train,
+        valid,
+        steps=c["steps"],
+        batch_size=c["batch_size"],
+        lr=c["lr"],
+        warmup=c["warmup"],
+        seed=seed,
+        eval_every=125,
+        log=print,
+    )
+    round_to_half(sft_model)  # the model as shipped (float16): (c'), (e) and the CLI start from the same weights
+    record(
+        "c_sft",
+        hist["seconds"][0],
+        {
+            "trainable": count,
+            "state_bytes": state_bytes(count),
+            "curve": {k: hist[k] for k in ("eval_step", "val_loss")},
+            **evaluate(sft_model, fmt, s, seed),
+        },
+    )
+    if write:  # at once: the reward-hacking run starts from it
+        ft.save_sft(sft_model, ASSETS / "finetune_sft.pt", tok, fmt, half=True, settings=SETTINGS["sft"])
+
+    # (d) SFT with LoRA
+    torch.manual_seed(seed)
+    lora_model = ft.add_special_tokens(s["base"])
+    c = SETTINGS["lora"]
+    ft.apply_lora(lora_model, c["targets"], rank=c["rank"], alpha=c["alpha"])
+    count = trainable(lora_model) + 3 * lora_model.config.d_model
+    hist = ft.sft(
+        lora_model,
+        train,
+        valid,
+        steps=c["steps"],
+        batch_size=c["batch_size"],
+        lr=c["lr"],
+        warmup=c["warmup"],
+        seed=seed,
+        eval_every=125,
+        new_rows=3,
+        log=print,
+    )
+    with torch.no_grad():  # as shipped: A, B and the rows in float16 (the adapter is saved so)
+        for name, p in lora_model.named_parameters():
+            if "lora_" in name:
+                p.copy_(p.half().float())
+        lora_model.token_embedding.weight[-3:] = lora_model.token_embedding.weight[-3:].half().float()
+    record(
+        "d_lora",
+        hist["seconds"][0],
+        {
+            "trainable": count,
+            "state_bytes": state_bytes(count),
+            "trainable_share": count / sum(p.numel() for p in s["base"].parameters()),
+            "curve": {k: hist[k] for k in ("eval_step", "val_loss")},
+            **evaluate(lora_model, fmt, s, seed),
+        },
+    )
+
+    # (c') rejection sampling from (c), then SFT on the kept poems
+    import copy
+
+    c = SETTINGS["rejection"]
+    rft_model = copy.deepcopy(sft_model)
+    t = time.process_time()
+    prompts = random.Random(seed).sample(s["train_heads"], c["prompts"])
+    pairs = ft.rejection_sample(rft_model, fmt, tok, prompts, samples=c["samples"], seed=seed)
+    sampling = time.process_time() - t
+    hist = ft.sft(
+        rft_model,
+        ft.encode_examples(pairs, fmt, tok),
+        valid,
+        steps=c["steps"],
+        batch_size=c["batch_size"],
+        lr=c["lr"],
+        warmup=c["warmup"],
+        seed=seed,
+        eval_every=80,
+    )
+    record(
+        "c2_rejection",
+        sampling + hist["seconds"][0],
+        {"kept": len(pairs), "sampled": c["prompts"] * c["samples"], **evaluate(rft_model, fmt, s, seed)},
+    )
+
+    # (e) RL from (c)
+    c = SETTINGS["rl"]
+    rl_model = copy.deepcopy(sft_model)
+    hist = ft.rl(
+        rl_model,
+        fmt,
+        tok,
+        s["train_heads"],
+        lambda text, heads: ft.poem_reward(text, heads, True),
+        steps=c["steps"],
+        prompts_per_step=c["prompts_per_step"],
+        group_size=c["group_size"],
+        lr=c["lr"],
+        temperature=c["temperature"],
+        seed=seed,
+        evaluate=curve(s, fmt, seed),
+        eval_every=c["eval_every"],
+        log=print,
+    )
+    round_to_half(rl_model)
+    record(
+        "e_rl",
+        hist["seconds"][0],
+        {
+            "curve": {
+                "step": hist["step"],
+                "reward": hist["reward"],
+                "eval_step": hist["eval_step"],
+                "eval": hist["eval"],
+            },
+            **evaluate(rl_model, fmt, s, seed),
+        },
+    )
+
+    if write:
+        ft.save_sft(rl_model, ASSETS / "finetune_rl.pt", tok, fmt, half=True, settings=SETTINGS["rl"])
+        ft.save_lora(lora_model, ASSETS / "finetune_lora.pt", new_rows=3, settings=SETTINGS["lora"])
+    print(f"[seed {seed}] total CPU {time.process_time():.0f} s")
+
+
+def hack(seed: int, log_path: Path) -> None:
+    """RL from seed `seed`'s SFT model (finetune_sft.pt) on the rhyme alone, then on the mended reward."""
+    torch.set_num_threads(1)
+    s = setup()
+    c = SETTINGS["rl"]
+    for name, reward in (
+        ("rhyme_only", ft.rhyme_reward),
+        ("mended", lambda text, heads: ft.poem_reward(text, heads, True)),
+    ):
+        model, tok, fmt = ft.load_sft(ASSETS / "finetune_sft.pt")
+        point = curve(s, fmt, seed)
+
+        hist = ft.rl(
+            model,
+            fmt,
+            tok,
+            s["train_heads"],
+            reward,
+            steps=c["steps"],
+            prompts_per_step=c["prompts_per_step"],
+            group_size=c["group_size"],
+            lr=c["lr"],
+            seed=seed,
+            evaluate=point,
+            eval_every=c["eval_every"],
+            log=print,
+        )
+        line = {
+            "reward": name,
+            "seed": seed,
+            "cpu_seconds": round(hist["seconds"][0], 2),
+            "curve": {
+                "step": hist["step"],
+                "reward": hist["reward"],
+                "eval_step": hist["eval_step"],
+                "eval": hist["eval"],
+            },
+            **evaluate(model, fmt, s, seed),
+        }
+        with open(log_path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(line, ensure_ascii=False) + "\n")
+        print(name, line["held_out"], line["held_out_samples"], flush=True)
+
+
+def table(log_path: Path) -> str:
+    rows = [json.loads(line) for line in open(log_path, encoding="utf-8") if line.strip()]
+    stages = sorted({r["stage"] for r in rows}, key=lambda x: x.replace("c2", "c~"))
+    keys = ("form", "acrostic", "rhyme", "all", "distinct", "copied")
+    lines = []
+    for heads in ("held_out", "random"):
+        lines.append(f"\n{heads} heads ({len({r['seed'] for r in rows})} seeds: mean ± spread = max - min), %")
+        lines.append(f"{'stage':18}" + "".join(f"{k:>16}" for k in keys) + f"{'CPU s':>14}")
+        for stage in stages:
+            rs = [r for r in rows if r["stage"] == stage]
+            cells = []
+            for k in keys:
+                v = [100 * r[heads][k] for r in rs]
+                cells.append(f"{sum(v) / len(v):9.1f} ± {max(v) - min(v):4.1f}")
+            sec = [r["cpu_seconds"] for r in rs]
+            lines.append(f"{stage:18}" + "".join(f"{c:>16}" for c in cells) + f"{sum(sec) / len(sec):14.1f}")
+    return "\n".join(lines)
+
+
+def summary(rows: list[dict]) -> dict:
+    """Per stage and head set: each measure's mean, spread (max - min) and values over the seeds; CPU seconds."""
+    out: dict = {}
+    for stage in sorted({r["stage"] for r in rows}):
+        rs = sorted((r for r in rows if r["stage"] == stage), key=lambda r: r["seed"])
+        entry: dict = {"seeds": [r["seed"] for r in rs]}
+        for heads in ("held_out", "random"):
+            entry[heads] = {}
+            for key in rs[0][heads]:
+                values = [r[heads][key] for r in rs]
+                entry[heads][key] = {
+                    "mean": sum(values) / len(values),
+                    "spread": max(values) - min(values),
+                    "values": values,
+                }
+        sec = [r["cpu_seconds"] for r in rs]
+        entry["cpu_seconds"] = {"mean": sum(sec) / len(sec), "values": sec}
+        for key in ("trainable", "state_bytes", "trainable_share", "kept", "sampled"):
+            if key in rs[0]:
+                entry[key] = rs[0][key]
+        out[stage] = entry
+    return out
+
+
+def ship() -> None:
+    """benchmarks/results/finetune.jsonl (every seed's lines) -> transformer_lab/assets/finetune_log.json: the
+    settings, the summary, every line, and the reward-hacking run's lines."""
+    rows = [json.loads(line) for line in open(LOG, encoding="utf-8") if line.strip()]
+    hacking = [json.loads(line) for line in open(HACK_LOG, encoding="utf-8")] if HACK_LOG.exists() else []
+    shipped = {"settings": SETTINGS, "base": "gpt_tang.pt", "summary": summary(rows), "runs": rows, "hacking": hacking}
+    (ASSETS / "finetune_log.json").write_text(json.dumps(shipped, ensure_ascii=False, indent=1) + "\n", "utf-8")
+    print(table(LOG))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("command", choices=("run", "hack", "table", "ship"))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--write", action="store_true", help="ship the checkpoints and the log (seed 0)")
+    parser.add_argument("--log", default=None)
+    args = parser.parse_args()
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    if args.command == "run":
+        run(args.seed, args.write, Path(args.log) if args.log else LOG)
+    elif args.command == "hack":
+        hack(args.seed, Path(args.log) if args.log else HACK_LOG)
+    elif args.command == "ship":
+        ship()
+    else:
+        print(table(Path(args.log) if args.log else LOG))
+
+
+if __name__ == "__main__":
+    main()
