@@ -10,6 +10,9 @@ locale's encoding fails on them, or is misread by a tool that reads UTF-8.
 - What a learner's session writes (tests/locale_writer.py: the working copy, a BPE trained on Tang poems with
   characters GBK lacks, its ids and text, a tiny GPT and its sample, in folders with spaces and Chinese names)
   is the same file for file as under C.UTF-8, measured times aside.
+- So is what grading a Chinese class writes (tests/classroom_locale_writer.py: two students named 张三 and 李四, a
+  notebook handed in under a Chinese title, in `张三 的 课程/`): the student version, the grades, the records,
+  the report and the feedback.
 """
 
 from __future__ import annotations
@@ -108,12 +111,19 @@ def test_what_a_session_writes_is_the_same_under_gbk_and_utf8(gbk, tmp_path):
         shutil.copyfile(chapter, course / chapter.name)
     for chapter in (ROOT / "notebooks" / "zh").glob("[0-9][0-9]_*.ipynb"):
         shutil.copyfile(chapter, course / "zh" / chapter.name)
+    utf8 = same_under_gbk_and_utf8(gbk, tmp_path, "locale_writer.py", str(course))
+    assert any(name.endswith(".pt") for name in utf8) and len(utf8) > 30
+
+
+def same_under_gbk_and_utf8(gbk: dict[str, str], tmp_path: Path, writer: str, *args: str) -> dict[str, object]:
+    """Run tests/WRITER OUT *ARGS under C.UTF-8, then under zh_CN.GBK; assert that the digests of what the two runs
+    wrote (OUT/digest.json) are equal, and return it. Both runs write into the same folder (a checkpoint records
+    the paths it was trained from; the classroom's printout names its folders), renamed to utf8/ and gbk/ after."""
     digests = {}
-    # the same folder for both runs (the checkpoint records the paths it was trained from), renamed in between
     for name, env in (("utf8", environment(LC_ALL="C.UTF-8")), ("gbk", gbk)):
         out = tmp_path / "run"
         out.mkdir()
-        run = python(env, str(ROOT / "tests" / "locale_writer.py"), str(out), str(course), cwd=tmp_path)
+        run = python(env, str(ROOT / "tests" / writer), str(out), *args, cwd=tmp_path)
         assert run.returncode == 0, f"{name}: " + run.stderr.decode("utf-8", "replace")[-4000:]
         digests[name] = json.loads((out / "digest.json").read_text(encoding="utf-8"))
         out.rename(tmp_path / name)
@@ -121,4 +131,29 @@ def test_what_a_session_writes_is_the_same_under_gbk_and_utf8(gbk, tmp_path):
     assert sorted(gbk_files) == sorted(utf8), "the two runs wrote different files"
     differ = [name for name in utf8 if gbk_files[name] != utf8[name]]
     assert not differ, f"written differently under GBK: {differ}"
-    assert any(name.endswith(".pt") for name in utf8) and len(utf8) > 30
+    return utf8
+
+
+def test_grading_a_chinese_class_writes_the_same_files_under_gbk_and_utf8(gbk, tmp_path):
+    """Issue 37: a two-student class with Chinese names (张三, 李四), a notebook handed in under a Chinese title, in a
+    folder with spaces and Chinese characters, graded with tools/classroom.py's commands
+    (tests/classroom_locale_writer.py): the student version, the grades (CSV), the records and notes (JSON), the
+    report (markdown) and the feedback (HTML) are the same files under zh_CN.GBK as under C.UTF-8."""
+    from support import _sandbox_reason
+
+    # one copy of the chapter and of the grading code for both runs, whatever else changes the repository
+    frozen = tmp_path / "repository"
+    shutil.copytree(ROOT / "transformer_lab", frozen / "transformer_lab", ignore=shutil.ignore_patterns("__pycache__"))
+    (frozen / "tools").mkdir()
+    for name in ("tools/classroom.py", "tools/editions.py", "requirements.txt"):
+        shutil.copyfile(ROOT / name, frozen / name)
+    chapter = tmp_path / "chapter" / "01_attention.ipynb"
+    chapter.parent.mkdir()
+    shutil.copyfile(ROOT / "notebooks" / "zh" / "solutions" / "01_attention.ipynb", chapter)
+    sandbox = [] if _sandbox_reason() is None else ["--no-sandbox"]  # both runs alike, with a sandbox where one runs
+    utf8 = same_under_gbk_and_utf8(gbk, tmp_path, "classroom_locale_writer.py", str(chapter), str(frozen), *sandbox)
+    kinds = {Path(name).suffix for name in utf8}
+    assert {".csv", ".json", ".md", ".html", ".ipynb"} <= kinds, kinds
+    assert any("张三" in name and name.endswith(".html") for name in utf8)  # the feedback of a Chinese-named student
+    page = tmp_path / "utf8" / "张三 的 课程" / "课堂" / "feedback" / "李四" / "01_attention" / "01_attention.html"
+    assert "尚未完成" in page.read_text(encoding="utf-8")
