@@ -23,6 +23,10 @@ What a translator edits, and nothing else:
   `# exercises.x.hint(2)`, a shape such as `# (B, T, D)`) is code and stays, except for its own trailing
   comment. A docstring's translation keeps the English's number of lines, a comment's stays on one line, so
   the code and its line numbers are the English's, byte for byte.
+- `translations/zh/common.json`: the words of code that every chapter shares (the install lines at the top of each
+  setup cell, tools/install_cell.py; the optional GPU cells' device comments), `{"en": ..., "zh": ...}` in its
+  `code` list, used in every chapter where a chapter's own file has no entry for the same words. Each entry must be
+  used by some chapter's code.
 - `transformer_lab/locale/zh/chNN_name.json`, one per exercise module: the texts of the chapter's
   exercises (case names, hints, the "why" of a right answer, what is said about a known wrong
   prediction), `{English text: Chinese text}` (see transformer_lab/i18n.py).
@@ -73,6 +77,7 @@ CATALOGUE = ROOT / "transformer_lab" / "locale" / LANG
 OUT_SOURCE = ROOT / "notebooks" / LANG / "solutions"
 OUT_LEARNER = ROOT / "notebooks" / LANG
 
+COMMON = "common.json"  # in TRANSLATIONS: the code words every chapter shares
 LANGUAGE_LINE = re.compile(r'^tl\.set_language\("en"\).*$', re.M)
 ZH_LANGUAGE_LINE = 'tl.set_language("zh")  # 练习的检查、提示和答案用中文（英文版此处为 "en"）'
 CALL = re.compile(r"^(\w+)\.(\w+)\.(check|hint|solution)\((.*)\)\s*$")
@@ -299,6 +304,35 @@ def code_skeleton(source: str) -> str:
 
 def translation_path(chapter: pathlib.Path) -> pathlib.Path:
     return TRANSLATIONS / (chapter.stem + ".json")
+
+
+def common_code() -> dict[str, str]:
+    """{English words: Chinese} of translations/zh/common.json's `code` list (the words every chapter shares)."""
+    path = TRANSLATIONS / COMMON
+    if not path.exists():
+        return {}
+    return {entry["en"]: entry.get("zh", "") for entry in json.loads(path.read_text(encoding="utf-8"))["code"]}
+
+
+def common_problems(root: pathlib.Path = ROOT) -> list[str]:
+    """What is empty, malformed or unused among the shared code words of translations/zh/common.json."""
+    where = (TRANSLATIONS / COMMON).name
+    used: dict[str, Words] = {}
+    for chapter in editions.source_notebooks(root):
+        notebook = json.loads(chapter.read_text(encoding="utf-8"))
+        for _, words, _ in code_cells_words(notebook):
+            used.setdefault(words.text, words)
+    found = []
+    for english, chinese in common_code().items():
+        if english not in used:
+            found.append(f"{where}: the code entry {english[:50]!r} is in no chapter's code (stale: delete it)")
+        elif not chinese.strip():
+            found.append(f"{where}: the code entry {english[:50]!r} is not translated yet (its zh is empty)")
+        else:
+            problem = words_problem(used[english], chinese.strip("\n"))
+            if problem:
+                found.append(f"{where}: {problem}")
+    return found
 
 
 def load_translation(chapter: pathlib.Path) -> dict[str, Any]:
@@ -540,7 +574,8 @@ def translate_notebook(source: dict[str, Any], chapter: pathlib.Path) -> dict[st
     notebook = copy.deepcopy(source)
     translation = load_translation(chapter)
     by_en = {entry["en"]: entry for entry in translation["cells"]}
-    code_chinese = {entry["en"]: entry.get("zh", "") for entry in translation["code"] if "old_en" not in entry}
+    code_chinese = common_code()  # the shared words, unless the chapter's own file says otherwise
+    code_chinese.update({entry["en"]: entry.get("zh", "") for entry in translation["code"] if "old_en" not in entry})
     modules = editions.exercise_modules(notebook)
     language_lines = 0
     for index, cell in enumerate(notebook["cells"]):
@@ -610,7 +645,7 @@ def generate(root: pathlib.Path = ROOT) -> dict[pathlib.Path, str]:
 
 def translation_problems() -> list[str]:
     """What is missing or stale in every translation file and exercise catalogue."""
-    found = [p for chapter in editions.source_notebooks(ROOT) for p in problems(chapter)]
+    found = [p for chapter in editions.source_notebooks(ROOT) for p in problems(chapter)] + common_problems()
     return found + [p for name in exercise_module_names() for p in catalogue_problems(name)]
 
 
