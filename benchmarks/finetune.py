@@ -405,22 +405,36 @@ def hack(seed: int, log_path: Path) -> None:
         print(name, line["held_out"], line["held_out_samples"], flush=True)
 
 
+STAGE_NAMES = {
+    "a_base_one_shot": "(a) base, one example",
+    "b_forced_heads": "(b) base, heads forced",
+    "c_sft": "(c) SFT, all weights",
+    "c2_rejection": "(c') (c) + rejection sampling",
+    "d_lora": "(d) SFT with LoRA",
+    "e_rl": "(e) (c) + RL",
+}
+
+
 def table(log_path: Path) -> str:
+    """The rates' table (markdown): per stage and head set, each measure's mean ± spread (max - min) over the
+    seeds in %, and the CPU seconds (mean)."""
     rows = [json.loads(line) for line in open(log_path, encoding="utf-8") if line.strip()]
-    stages = sorted({r["stage"] for r in rows}, key=lambda x: x.replace("c2", "c~"))
+    stages = [s for s in STAGE_NAMES if any(r["stage"] == s for r in rows)]
     keys = ("form", "acrostic", "rhyme", "all", "distinct", "copied")
     lines = []
     for heads in ("held_out", "random"):
-        lines.append(f"\n{heads} heads ({len({r['seed'] for r in rows})} seeds: mean ± spread = max - min), %")
-        lines.append(f"{'stage':18}" + "".join(f"{k:>16}" for k in keys) + f"{'CPU s':>14}")
+        seeds = sorted({r["seed"] for r in rows})
+        lines.append(f"\n{heads.replace('_', '-')} heads, 500, seeds {seeds}: mean ± spread (max - min), %\n")
+        lines.append("| stage | " + " | ".join(keys) + " | CPU s |")
+        lines.append("|---" * (len(keys) + 2) + "|")
         for stage in stages:
             rs = [r for r in rows if r["stage"] == stage]
             cells = []
             for k in keys:
                 v = [100 * r[heads][k] for r in rs]
-                cells.append(f"{sum(v) / len(v):9.1f} ± {max(v) - min(v):4.1f}")
+                cells.append(f"{sum(v) / len(v):.1f} ± {max(v) - min(v):.1f}")
             sec = [r["cpu_seconds"] for r in rs]
-            lines.append(f"{stage:18}" + "".join(f"{c:>16}" for c in cells) + f"{sum(sec) / len(sec):14.1f}")
+            lines.append(f"| {STAGE_NAMES[stage]} | " + " | ".join(cells) + f" | {sum(sec) / len(sec):.0f} |")
     return "\n".join(lines)
 
 

@@ -9,6 +9,10 @@
         --qk-norm rms_no_weight --activation relu2 --no-bias --untied --zero-init-output --out modern.pt
     python -m transformer_lab.cli gpt-train --corpus shakespeare --tokenizer bpe/ --out bpe.pt     (chapter 12)
     python -m transformer_lab.cli gpt-sample shakespeare.pt --prompt "ROMEO:" --temperature 0.8
+    transformer-lab sft --out sft.pt                         (chapter 13: SFT of gpt_tang.pt on 藏头 and 续写)
+    transformer-lab sft --lora-rank 8 --out lora.pt          (chapter 13: the same with LoRA: an adapter)
+    transformer-lab rl sft.pt --out rl.pt                    (chapter 13: RL with the poem's checks as reward)
+    transformer-lab poem 春夏秋冬                             (chapter 13: a 藏头诗 from the shipped RL model)
     transformer-lab lab --language zh        (your working copy of the course, opened in JupyterLab)
 
 The checkpoint holds the model (`tl.save_checkpoint`: config and state dict) plus plain data
@@ -102,6 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--beam-size", type=int, default=None, help="beam search of this width (default: greedy)")
     e.add_argument("--threads", type=int, default=1, help="CPU threads for PyTorch (default 1)")
     _add_gpt_commands(commands)
+    _add_finetune_commands(commands)
     from transformer_lab import workspace
 
     workspace.build_parser(
@@ -574,9 +579,14 @@ def _options_named(message: str) -> str:
     """The gpt-train options behind the GPTConfig fields a message names, e.g. "--n-kv-heads / --n-heads"."""
     options = {field: f"--{option.replace('_', '-')}" for option, field in SWITCH_FIELDS.items()}
     options.update(
-        d_model="--d-model", n_heads="--n-heads", n_layers="--n-layers", block_size="--block-size",
-        dropout="--dropout", bias="--no-bias", tie_embeddings="--untied",
-    )  # fmt: skip
+        d_model="--d-model",
+        n_heads="--n-heads",
+        n_layers="--n-layers",
+        block_size="--block-size",
+        dropout="--dropout",
+        bias="--no-bias",
+        tie_embeddings="--untied",
+    )
     found: dict[int, str] = {}  # position of the field in the message -> its option
     for field, option in options.items():
         match = re.search(rf"\b{field}\b", message)  # "n_heads" is not found inside "n_kv_heads"
@@ -774,7 +784,280 @@ def _check_same_tokenizer(args: argparse.Namespace, embedded: TextTokenizer | By
         )
 
 
-GPT_COMMANDS = {"gpt-train": _gpt_train, "gpt-sample": _gpt_sample}
+# ---------------------------------------------------------------------------------------------
+# Chapter 13: fine-tune the Tang model to write 藏头诗 (SFT, LoRA, RL), and ask it for a poem
+# ---------------------------------------------------------------------------------------------
+
+ASSETS = Path(__file__).resolve().parent / "assets"
+#: The shipped models of chapter 13 (benchmarks/finetune.py --write, seed 0; the commands below reproduce them).
+FINETUNE_CHECKPOINTS = {
+    "base": ASSETS / "gpt_tang.pt",
+    "sft": ASSETS / "finetune_sft.pt",
+    "lora": ASSETS / "finetune_lora.pt",
+    "rl": ASSETS / "finetune_rl.pt",
+}
+#: The recipes of chapter 13 (benchmarks/finetune.py's SETTINGS; tested equal).
+FINETUNE_DEFAULTS: dict[str, Any] = {
+    "sft": {"steps": 250, "batch_size": 32, "lr": 2e-3, "warmup": 20},
+    "lora": {
+        "steps": 250,
+        "batch_size": 32,
+        "lr": 4e-3,
+        "warmup": 20,
+        "rank": 8,
+        "alpha": 16.0,
+        "targets": ["w_q", "w_k", "w_v", "w_o", "w1", "w2"],
+    },
+    "rl": {"steps": 50, "prompts_per_step": 16, "group_size": 8, "lr": 3e-4, "temperature": 1.0},
+}
+FINETUNE_COMMANDS_DOC = (
+    "transformer-lab sft --out transformer_lab/assets/finetune_sft.pt",
+    "transformer-lab sft --lora-rank 8 --out transformer_lab/assets/finetune_lora.pt",
+    "transformer-lab rl transformer_lab/assets/finetune_sft.pt --out transformer_lab/assets/finetune_rl.pt",
+)
+
+
+def _add_finetune_commands(commands: Any) -> None:
+    d, r = FINETUNE_DEFAULTS["sft"], FINETUNE_DEFAULTS["rl"]
+    f = commands.add_parser(
+        "sft",
+        help="fine-tune the Tang GPT to follow 藏头 and 续写 instructions (chapter 13)",
+        description="Supervised fine-tuning (chapter 13) of a Tang GPT (default: the shipped gpt_tang.pt) on the "
+        "corpus's own poems: 藏头 + four heads -> the quatrain, 续写 + a first line -> the rest; the loss on the "
+        "response only. All weights, or LoRA (--lora-rank) which writes an adapter (A, B and the three format "
+        "tokens' rows) instead of a model. With the defaults it reproduces the shipped "
+        "transformer_lab/assets/finetune_sft.pt (and with --lora-rank 8, finetune_lora.pt).",
+    )
+    f.add_argument("--out", required=True, help="where to write the fine-tuned model (or the LoRA adapter)")
+    f.add_argument(
+        "--base", default=str(FINETUNE_CHECKPOINTS["base"]), help="a gpt-train checkpoint (default: gpt_tang.pt)"
+    )
+    f.add_argument(
+        "--lora-rank", type=int, default=0, help="LoRA's rank on every Linear of the blocks (0: all weights)"
+    )
+    f.add_argument("--steps", type=int, default=d["steps"], help=f"optimisation steps (default {d['steps']})")
+    f.add_argument("--batch-size", type=int, default=d["batch_size"], help="examples per step (default 32)")
+    f.add_argument("--lr", type=float, default=None, help="peak learning rate (default 2e-3; with LoRA 4e-3)")
+    f.add_argument("--seed", type=int, default=0, help="seed of the batches and of LoRA's A (default 0)")
+    f.add_argument("--threads", type=int, default=1, help="CPU threads for PyTorch (default 1)")
+    g = commands.add_parser(
+        "rl",
+        help="reinforcement learning of a fine-tuned Tang GPT with the poem's checks as reward (chapter 13)",
+        description="RL with a reward a program checks (chapter 13): a group-relative policy gradient from a model "
+        "written by `sft`, on the training poems' heads, reward = the share of the three checks passed (in form, "
+        "acrostic, lines 2 and 4 rhyming on two different characters). With the defaults, from the shipped "
+        "finetune_sft.pt, it reproduces transformer_lab/assets/finetune_rl.pt.",
+    )
+    g.add_argument("checkpoint", help="a model written by `sft`")
+    g.add_argument("--out", required=True, help="where to write the model")
+    g.add_argument("--steps", type=int, default=r["steps"], help=f"policy-gradient steps (default {r['steps']})")
+    g.add_argument("--lr", type=float, default=r["lr"], help=f"learning rate (default {r['lr']})")
+    g.add_argument(
+        "--reward",
+        choices=("poem", "rhyme"),
+        default="poem",
+        help="poem: the three checks (default); rhyme: the rhyme alone (the reward a policy games)",
+    )
+    g.add_argument("--seed", type=int, default=0, help="seed of the prompts and the samples (default 0)")
+    g.add_argument("--threads", type=int, default=1, help="CPU threads for PyTorch (default 1)")
+    p = commands.add_parser(
+        "poem",
+        help="ask the fine-tuned Tang model for a 藏头诗 (chapter 13): transformer-lab poem 春夏秋冬",
+        description="Write a five-character quatrain whose lines begin with the four given characters, with a model "
+        "written by `sft` or `rl` (default: the shipped finetune_rl.pt), or a LoRA adapter on its base.",
+    )
+    p.add_argument("heads", help="four Chinese characters, one per line, e.g. 春夏秋冬")
+    p.add_argument("--checkpoint", default=None, help="a model written by sft or rl (default: the shipped RL model)")
+    p.add_argument("--lora", default=None, help="a LoRA adapter written by `sft --lora-rank`, put on --base")
+    p.add_argument("--base", default=None, help="the base the adapter was trained on (default: gpt_tang.pt)")
+    p.add_argument("--num-samples", type=int, default=1, help="how many poems (default 1)")
+    p.add_argument("--temperature", type=float, default=0.8, help="> 0 (default 0.8, as the chapter measures)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the sampling (default 0)")
+    p.add_argument("--check", action="store_true", help="also print each poem's checks (form, acrostic, rhyme)")
+
+
+def _positive_options(args: argparse.Namespace, names: Sequence[str]) -> None:
+    for name in names:
+        if getattr(args, name) < 1:
+            _fail(f"--{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+
+
+def _checkpoint_kind(path: str) -> object:
+    """The "kind" a checkpoint file says it holds (None if it cannot be read: the loader then names the problem)."""
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True) if os.path.isfile(path) else None
+    except Exception:  # noqa: BLE001 - the loader names the problem
+        return None
+    return data.get("kind") if isinstance(data, dict) else None
+
+
+def _finetune_base(path: str) -> tuple[GPT, TextTokenizer]:
+    from transformer_lab import finetune as ft
+
+    kind = _checkpoint_kind(path)
+    if kind in (ft.SFT_KIND, ft.LORA_KIND):
+        _fail(f"--base {path} is already fine-tuned ({kind}): give the base model, e.g. gpt_tang.pt")
+    try:
+        return load_gpt(path)
+    except (FileNotFoundError, ValueError) as error:
+        _fail(str(error))
+
+
+def _sft_command(args: argparse.Namespace) -> int:
+    from transformer_lab import finetune as ft
+
+    _positive_options(args, ("steps", "batch_size", "threads"))
+    if args.lora_rank < 0:
+        _fail(f"--lora-rank must be >= 0 (0: all weights), got {args.lora_rank}")
+    torch.set_num_threads(args.threads)
+    base, tokenizer = _finetune_base(args.base)
+    fmt = ft.SFTFormat(tokenizer.vocab_size)
+    splits = ft.sft_splits(load_corpus("tang"))
+    train = ft.encode_examples(splits["train"], fmt, tokenizer)
+    valid = ft.encode_examples(splits["validation"], fmt, tokenizer)
+    torch.manual_seed(args.seed)
+    model = ft.add_special_tokens(base)
+    recipe = FINETUNE_DEFAULTS["lora" if args.lora_rank else "sft"]
+    lr = args.lr if args.lr is not None else recipe["lr"]
+    if args.lora_rank:
+        L = FINETUNE_DEFAULTS["lora"]
+        ft.apply_lora(model, L["targets"], rank=args.lora_rank, alpha=2.0 * args.lora_rank)
+    history = ft.sft(
+        model,
+        train,
+        valid,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        lr=lr,
+        warmup=recipe["warmup"],
+        seed=args.seed,
+        eval_every=125,
+        new_rows=3 if args.lora_rank else 0,
+        log=print,
+    )
+    settings = {"steps": args.steps, "batch_size": args.batch_size, "lr": lr, "seed": args.seed}
+    if args.lora_rank:
+        with torch.no_grad():  # float16, as shipped
+            for module in ft.lora_modules(model).values():
+                module.lora_A.copy_(module.lora_A.half().float())
+                module.lora_B.copy_(module.lora_B.half().float())
+            model.token_embedding.weight[-3:] = model.token_embedding.weight[-3:].half().float()
+        ft.save_lora(model, args.out, new_rows=3, settings={**settings, "rank": args.lora_rank})
+    else:
+        ft.save_sft(model, args.out, tokenizer, fmt, half=True, settings=settings)
+    print(f"wrote {args.out}: validation loss {history['val_loss'][-1]:.3f}, {history['seconds'][0]:.0f} s of CPU")
+    return 0
+
+
+def _load_finetuned(path: str) -> tuple[GPT, Any, Any]:
+    from transformer_lab import finetune as ft
+
+    if _checkpoint_kind(path) == ft.LORA_KIND:
+        _fail(
+            f"{path} is a LoRA adapter (A and B only), not a model: give it with --lora and its base with "
+            "--base (e.g. transformer-lab poem 春夏秋冬 --lora finetune_lora.pt --base gpt_tang.pt)"
+        )
+    try:
+        return ft.load_sft(path)
+    except (FileNotFoundError, ValueError) as error:
+        _fail(str(error))
+
+
+def _rl_command(args: argparse.Namespace) -> int:
+    from transformer_lab import finetune as ft
+
+    _positive_options(args, ("steps", "threads"))
+    if not args.lr > 0:
+        _fail(f"--lr must be > 0, got {args.lr}")
+    torch.set_num_threads(args.threads)
+    model, tokenizer, fmt = _load_finetuned(args.checkpoint)
+    splits = ft.sft_splits(load_corpus("tang"))
+    heads = [e.argument for e in splits["train"] if e.kind == "acrostic"]
+    if args.reward == "poem":
+
+        def reward(text: str | None, h: str) -> float:
+            return ft.poem_reward(text, h, True)
+    else:
+        reward = ft.rhyme_reward
+    r = FINETUNE_DEFAULTS["rl"]
+    history = ft.rl(
+        model,
+        fmt,
+        tokenizer,
+        heads,
+        reward,
+        steps=args.steps,
+        prompts_per_step=r["prompts_per_step"],
+        group_size=r["group_size"],
+        lr=args.lr,
+        temperature=r["temperature"],
+        seed=args.seed,
+    )
+    ft.save_sft(
+        model,
+        args.out,
+        tokenizer,
+        fmt,
+        half=True,
+        settings={"steps": args.steps, "lr": args.lr, "reward": args.reward, "seed": args.seed},
+    )
+    rewards = history["reward"]
+    print(
+        f"wrote {args.out}: mean reward {sum(rewards[:10]) / len(rewards[:10]):.3f} over the first 10 steps, "
+        f"{sum(rewards[-10:]) / len(rewards[-10:]):.3f} over the last 10; {history['seconds'][0]:.0f} s of CPU"
+    )
+    return 0
+
+
+def _poem_command(args: argparse.Namespace) -> int:
+    from transformer_lab import finetune as ft
+
+    heads = args.heads
+    if len(heads) != 4:
+        _fail(f"heads must be four characters, one per line (e.g. 春夏秋冬), got {len(heads)}: {heads!r}")
+    _positive_options(args, ("num_samples",))
+    if not (args.temperature > 0 and math.isfinite(args.temperature)):
+        _fail(f"--temperature must be a number > 0, got {args.temperature}")
+    if args.lora is not None and args.checkpoint is not None:
+        _fail("give either --checkpoint (a whole model) or --lora with --base (an adapter and its base), not both")
+    if args.lora is not None:
+        base, tokenizer = _finetune_base(args.base or str(FINETUNE_CHECKPOINTS["base"]))
+        fmt = ft.SFTFormat(tokenizer.vocab_size)
+        try:
+            model = ft.load_lora(ft.add_special_tokens(base), args.lora)
+        except (FileNotFoundError, ValueError) as error:
+            _fail(f"--lora {args.lora}: {error}")
+        model.eval()
+    else:
+        if args.base is not None:
+            _fail("--base goes with --lora (the base an adapter was trained on); a --checkpoint is a whole model")
+        model, tokenizer, fmt = _load_finetuned(args.checkpoint or str(FINETUNE_CHECKPOINTS["rl"]))
+    unknown = [c for c in heads if c not in tokenizer.chars]
+    if unknown or not all(ft._is_hanzi(c) for c in heads):
+        bad = unknown or [c for c in heads if not ft._is_hanzi(c)]
+        _fail(
+            f"heads must be four Chinese characters the model knows; {''.join(bad)!r} is not in its vocabulary "
+            "of the Tang corpus's characters: choose another"
+        )
+    texts = ft.sample_poems(
+        model, fmt, tokenizer, [heads], temperature=args.temperature, samples=args.num_samples, seed=args.seed
+    )[0]
+    for text in texts:
+        shown = text if text is not None else "(the model wrote a format marker inside its answer)"
+        if args.check and text is not None:
+            checks = ft.poem_checks(text, heads)
+            shown += "  " + " ".join(f"{k}={'yes' if v else 'no'}" for k, v in checks.items())
+        print(shown)
+    return 0
+
+
+GPT_COMMANDS = {
+    "gpt-train": _gpt_train,
+    "gpt-sample": _gpt_sample,
+    "sft": _sft_command,
+    "rl": _rl_command,
+    "poem": _poem_command,
+}
 
 
 if __name__ == "__main__":

@@ -1,0 +1,105 @@
+"""Tests of the command line's chapter 13 commands: sft, rl (a few steps on the shipped Tang model) and poem, with
+one clear sentence for each kind of bad input."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from transformer_lab import cli
+from transformer_lab import finetune as ft
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE = str(cli.FINETUNE_CHECKPOINTS["base"])
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("pypinyin") is None, reason="needs pypinyin")
+
+
+def fail_message(argv: list[str]) -> str:
+    with pytest.raises(SystemExit) as caught:
+        cli.main(argv)
+    return str(caught.value)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("ft")
+    paths = {"sft": folder / "sft.pt", "lora": folder / "lora.pt", "rl": folder / "rl.pt"}
+    assert cli.main(["sft", "--steps", "2", "--batch-size", "4", "--out", str(paths["sft"])]) == 0
+    assert cli.main(["sft", "--lora-rank", "2", "--steps", "2", "--batch-size", "4", "--out", str(paths["lora"])]) == 0
+    assert cli.main(["rl", str(paths["sft"]), "--steps", "1", "--out", str(paths["rl"])]) == 0
+    return paths
+
+
+def test_sft_and_rl_write_checkpoints_that_carry_the_format(trained: dict[str, Path]) -> None:
+    model, tokenizer, fmt = ft.load_sft(trained["sft"])
+    assert fmt.base_vocab == tokenizer.vocab_size and model.config.vocab_size == fmt.vocab_size
+    raw = torch.load(trained["sft"], weights_only=True)
+    assert raw["settings"]["steps"] == 2 and raw["state_dict"]["token_embedding.weight"].dtype == torch.float16
+    rl_model, _, _ = ft.load_sft(trained["rl"])
+    changed = [n for n, p in rl_model.state_dict().items() if not torch.equal(p, model.state_dict()[n])]
+    assert changed  # one policy-gradient step moved the weights
+    adapter = torch.load(trained["lora"], weights_only=True)
+    assert adapter["kind"] == ft.LORA_KIND and adapter["token_rows"].shape == (3, 128)
+    assert {layer["rank"] for layer in adapter["layers"].values()} == {2}
+
+
+def test_poem_writes_a_poem_from_a_model_and_from_an_adapter(
+    trained: dict[str, Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["poem", "春夏秋冬", "--checkpoint", str(trained["rl"]), "--num-samples", "2", "--check"]) == 0
+    lines = capsys.readouterr().out.strip().split("\n")
+    assert len(lines) == 2 and all("form=" in line and "acrostic=" in line for line in lines)
+    assert cli.main(["poem", "春夏秋冬", "--lora", str(trained["lora"]), "--base", BASE]) == 0
+    assert capsys.readouterr().out.strip()
+
+
+def test_poem_refuses_bad_heads(trained: dict[str, Path]) -> None:
+    checkpoint = ["--checkpoint", str(trained["sft"])]
+    assert "four characters" in fail_message(["poem", "春夏秋", *checkpoint])
+    assert "four characters" in fail_message(["poem", "春夏秋冬雪", *checkpoint])
+    message = fail_message(["poem", "春夏秋A", *checkpoint])
+    assert "'A'" in message and "vocabulary" in message
+    _, tokenizer, _ = ft.load_sft(trained["sft"])
+    rare = next(c for c in "龘靐齉麤" if c not in tokenizer.chars)
+    message = fail_message(["poem", "春夏秋" + rare, *checkpoint])
+    assert rare in message and "vocabulary" in message
+
+
+def test_poem_refuses_a_model_without_the_format_and_an_adapter_without_its_base(trained: dict[str, Path]) -> None:
+    message = fail_message(["poem", "春夏秋冬", "--checkpoint", BASE])
+    assert "without a prompt/response format" in message
+    message = fail_message(["poem", "春夏秋冬", "--checkpoint", str(trained["lora"])])
+    assert "LoRA adapter" in message and "--base" in message
+    other = str(cli.ASSETS / "gpt_char_tang.pt")
+    message = fail_message(["poem", "春夏秋冬", "--lora", str(trained["lora"]), "--base", other])
+    assert "another base" in message or "tokens" in message
+    assert "already fine-tuned" in fail_message(
+        ["poem", "春夏秋冬", "--lora", str(trained["lora"]), "--base", str(trained["sft"])]
+    )
+    assert "not both" in fail_message(["poem", "春夏秋冬", "--lora", str(trained["lora"]), "--checkpoint", BASE])
+    assert "--base goes with --lora" in fail_message(["poem", "春夏秋冬", "--base", BASE])
+
+
+def test_sft_and_rl_refuse_bad_options(trained: dict[str, Path], tmp_path: Path) -> None:
+    assert "--steps" in fail_message(["sft", "--steps", "0", "--out", str(tmp_path / "x.pt")])
+    assert "--lora-rank" in fail_message(["sft", "--lora-rank", "-1", "--out", str(tmp_path / "x.pt")])
+    assert "without a prompt/response format" in fail_message(["rl", BASE, "--out", str(tmp_path / "x.pt")])
+    assert "already fine-tuned" in fail_message(["sft", "--base", str(trained["sft"]), "--out", str(tmp_path / "x")])
+
+
+def test_cli_recipes_are_the_benchmarks() -> None:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        spec = importlib.util.spec_from_file_location("finetune_bench", ROOT / "benchmarks" / "finetune.py")
+        bench = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(bench)
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    for stage in ("sft", "lora"):
+        assert bench.SETTINGS[stage] == cli.FINETUNE_DEFAULTS[stage]
+    rl = {k: bench.SETTINGS["rl"][k] for k in cli.FINETUNE_DEFAULTS["rl"]}
+    assert rl == cli.FINETUNE_DEFAULTS["rl"]
