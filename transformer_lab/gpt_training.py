@@ -2,7 +2,7 @@
 
 - `cosine_lr`: nanoGPT's learning rate, a linear warm-up then a cosine decay to min_lr.
 - `make_adamw`: AdamW as nanoGPT configures it (weight decay on the matrices only), PyTorch's fused kernel where it
-  has one (`adamw_fused`).
+  has one (`adamw_fused`); defined with Muon in `tl.optim`, the course's one optimizer module, and re-exported.
 - `evaluate_text`: the mean cross-entropy over a WHOLE split (every token predicted once), a fixed number.
 - `TextHistory`, `train_gpt`: chapter 10's trainer. Chapter 11 adds `optimizer="muon"` (the blocks' matrices
   trained with Muon, `tl.muon`) and a training-time budget (`seconds=`, `clock=`) for its comparisons at
@@ -42,6 +42,7 @@ from transformer_lab._checks import (
 )
 from transformer_lab.loop import TRAINING_CLOCKS, data_parallel, fast_path_flags, restore_flags, run_steps
 from transformer_lab.multihead import record_attention
+from transformer_lab.optim import FUSED_ADAMW_DEVICES, adamw_fused, make_adamw, make_muon
 
 __all__ = [
     "cosine_lr",
@@ -194,66 +195,6 @@ class TextHistory:
         return None
 
 
-#: Where `make_adamw` uses PyTorch's fused AdamW by default: the devices the course runs on that have it.
-FUSED_ADAMW_DEVICES = ("cpu", "cuda")
-
-
-def adamw_fused(params: Sequence[Tensor], fused: bool | None = None) -> bool:
-    """Whether an AdamW over `params` runs PyTorch's fused kernel: `fused` where it is given (True, refused for
-    parameters outside FUSED_ADAMW_DEVICES or not floating-point), else True when every parameter allows it."""
-    if fused is not None and not isinstance(fused, bool):
-        raise TypeError(f"fused must be None (where PyTorch has the kernel), True or False, got {fused!r}")
-    allowed = bool(params) and all(p.is_floating_point() and p.device.type in FUSED_ADAMW_DEVICES for p in params)
-    if fused and not allowed:
-        where = sorted({f"{p.device.type} {p.dtype}" for p in params})
-        raise ValueError(
-            f"fused=True needs floating-point parameters on {' or '.join(FUSED_ADAMW_DEVICES)}, got {where}; "
-            "leave fused=None (the fused kernel where it exists) or pass fused=False"
-        )
-    return allowed if fused is None else fused
-
-
-def make_adamw(
-    model: nn.Module,
-    lr: float,
-    weight_decay: float = 0.1,
-    betas: tuple[float, float] = (0.9, 0.99),
-    *,
-    fused: bool | None = None,
-) -> torch.optim.AdamW:
-    """AdamW as nanoGPT configures it: weight decay on the matrices (Linear weights, embeddings) only.
-
-    Biases and LayerNorm gains/shifts (the 1-D parameters) are not decayed: pulling a gain towards 0 would
-    shrink the activations, not regularise a mapping. A tied matrix is one parameter, decayed once.
-
-    `fused`: nanoGPT asks for PyTorch's fused AdamW wherever PyTorch had it when nanoGPT was written (CUDA);
-    PyTorch has had one for CPUs too since 2.4. By default (None) this uses it on a CPU or a CUDA GPU: one
-    kernel per tensor does the whole update, where the plain implementation makes about eight passes over each
-    tensor (mul_, lerp_, mul_, addcmul_, sqrt, div, add_, addcdiv_). At chapter 10's size on one CPU thread an
-    AdamW step took 2.1 ms of CPU instead of 5.4 ms (under the profiler), and a whole training step 1-4 % less
-    (`benchmarks/nanogpt_speed.py`, results in benchmarks/README.md). The update rule is the same; the rounding
-    of its last bits is not, so fused and plain runs drift apart by float32's rounding (about 1e-6 in the loss
-    over the benchmark's 66 steps). False: the plain implementation (chapter 11's ablation was measured with it).
-    """
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
-    check_number("lr", lr, positive=True)
-    check_number("weight_decay", weight_decay, non_negative=True)
-    if (
-        not isinstance(betas, (tuple, list))
-        or len(betas) != 2
-        or not all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0.0 <= b < 1.0 for b in betas)
-    ):
-        raise ValueError(f"betas must be two numbers in [0, 1), e.g. (0.9, 0.99), got {betas!r}")
-    params = [p for p in model.parameters() if p.requires_grad]
-    groups = [
-        {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
-        {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
-    ]
-    use_fused = adamw_fused(params, fused)
-    return torch.optim.AdamW(groups, lr=lr, betas=(float(betas[0]), float(betas[1])), fused=use_fused)
-
-
 #: The optimizers `train_gpt` can use (its `optimizer` argument, gpt-train's --optimizer).
 GPT_OPTIMIZERS = ("adamw", "muon")
 
@@ -272,8 +213,6 @@ def _gpt_optimizer(
     `fused` is AdamW's (`make_adamw`)."""
     if name == "adamw":
         return make_adamw(model, lr, weight_decay, betas, fused=fused)
-    from transformer_lab.muon import make_muon
-
     return make_muon(
         model,
         muon_lr,
