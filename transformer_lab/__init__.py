@@ -99,6 +99,7 @@ _SUBMODULES = (
     "i18n",
     "hf",
     "muon",
+    "optim",
     "bpe",
 )
 
