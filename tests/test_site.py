@@ -107,6 +107,28 @@ def test_the_chinese_page_gives_the_hints_in_chinese_and_the_widget_line_too():
     assert still and "交互控件" in str(still[0]["data"])
 
 
+@pytest.mark.parametrize("lang", LANGUAGES)
+def test_every_chapter_page_opens_in_colab_and_kaggle_from_the_readme_place(lang, tmp_path):
+    """The staged context gives each chapter Colab and Kaggle links to its learner edition in the page's language,
+    at the README's OWNER/REPO and the release's tag (as the READMEs' tables and the install lines have them)."""
+    import install_cell
+
+    edition = build_site.EDITIONS[lang]
+    context = build_site.stage(edition, build_site.Words(), tmp_path)
+    repository = build_site.repository_url().removeprefix("https://github.com/")
+    folder = "notebooks/zh" if lang == "zh" else "notebooks"
+    tag = "v" + install_cell.version()
+    assert set(context["pages"]) == set(CHAPTERS)
+    for name, page in context["pages"].items():
+        source = f"github.com/{repository}/blob/{tag}/{folder}/{name}.ipynb"
+        assert page["colab"] == f"https://colab.research.google.com/{source.replace('github.com/', 'github/', 1)}"
+        assert page["kaggle"] == f"https://kaggle.com/kernels/welcome?src=https://{source}"
+        assert (ROOT / folder / f"{name}.ipynb").exists()
+    template = (ROOT / "site" / "templates" / "page.html").read_text(encoding="utf-8")
+    for key, words in (("colab", "Open in Colab"), ("kaggle", "Open in Kaggle")):
+        assert f'href="{{{{ tl_chapter.{key} }}}}">{{{{ tl_("{words}") }}}}' in template
+
+
 def test_the_glossary_gives_jieba_its_terms():
     terms = build_site.glossary_terms()
     assert "层归一化" in terms and "多头注意力" in terms and len(terms) >= 40
@@ -327,6 +349,12 @@ def test_every_page_loads_offline_typeset_and_switches_language(lang, page, visi
         assert bar.locator("a.tl-binder").get_attribute("href").endswith(f"lab/tree/{notebook}{page}.ipynb")
         assert bar.locator("a.tl-download").get_attribute("href") == f"notebooks/{page}.ipynb"
         assert bar.locator("a.tl-repository").get_attribute("href").startswith("https://github.com/")
+        for service, start in (
+            ("colab", "https://colab.research.google.com/github/"),
+            ("kaggle", "https://kaggle.com/"),
+        ):
+            href = bar.locator(f"a.tl-{service}").get_attribute("href")
+            assert href.startswith(start) and href.endswith(f"/{notebook}{page}.ipynb"), href
     if lang == "zh" and page != "search":  # the theme speaks Chinese too
         chrome = visit.page.locator("footer, .sidebar-search-container").all_inner_texts()
         english = [w for w in ("Next", "Previous", "Search", "Back to top") if w in " ".join(chrome)]

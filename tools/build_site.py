@@ -20,7 +20,8 @@ language under build/site/ and runs sphinx-build on it with the project in site/
   through translations/zh/site.json, which also holds the site's own words and the theme's that Sphinx's
   catalogue lacks);
 - the learner edition's notebook of each chapter is copied into the site ("Download the notebook"); "Launch on
-  Binder" opens it on mybinder.org, at the README's OWNER/REPO;
+  Binder" opens it on mybinder.org, at the README's OWNER/REPO; "Open in Colab" and "Open in Kaggle" open it there,
+  from the same OWNER/REPO at the release's tag (tools/install_cell.py makes those links);
 - MathJax comes from a pinned PyPI package (sphinx-mathjax-offline) and is served by the site itself, once for
   both languages; Chinese search splits words with jieba, with the glossary's Chinese terms as its dictionary.
 
@@ -46,6 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 import editions  # noqa: E402  (tools/editions.py)
+import install_cell  # noqa: E402  (tools/install_cell.py: the Colab and Kaggle links)
 
 if TYPE_CHECKING:
     from transformer_lab.exercises.core import Exercise
@@ -559,7 +561,13 @@ def stage(edition: Edition, words: Words, staging: pathlib.Path) -> dict[str, An
         wanted |= {path.name, f"_extra/notebooks/{path.name}"}
         minutes = chapter_minutes(english[path.stem]) if path.stem in english else None
         chapters.append(Chapter(path.stem, chapter_title(source), minutes))
-        pages[path.stem] = {"binder": binder_url(edition, path.stem), "download": f"notebooks/{path.name}"}
+        learner_path = learner.relative_to(ROOT).as_posix()
+        pages[path.stem] = {
+            "binder": binder_url(edition, path.stem),
+            "colab": install_cell.colab_url(learner_path),
+            "kaggle": install_cell.kaggle_url(learner_path),
+            "download": f"notebooks/{path.name}",
+        }
     write_if_changed(staging / "index.md", landing_page(edition, chapters, words))
     search_options: dict[str, str] = {}
     if edition.language == "zh":

@@ -166,6 +166,56 @@ def with_install_block(notebook: dict[str, Any]) -> tuple[dict[str, Any], bool]:
     return notebook, True
 
 
+#: The READMEs whose table of chapters gets the links, with the learner edition they open and their column's title.
+READMES = {
+    "README.md": ("notebooks", "run it online"),
+    "README.zh.md": ("notebooks/zh", "在线运行"),
+}
+ROW = re.compile(r"^\| `(\d\d_\w+)` \|")
+
+
+def links_cell(folder: str, name: str) -> str:
+    notebook = f"{folder}/{name}.ipynb"
+    return f"[Colab]({colab_url(notebook)}) · [Kaggle]({kaggle_url(notebook)})"
+
+
+def with_links(readme: str, folder: str, title: str) -> str:
+    """A README's table of chapters (rows `| `NN_name` | ...`) with the last column "Open in Colab / Kaggle".
+
+    The column is added where missing and rewritten where present (found by its title in the header row)."""
+    lines = readme.split("\n")
+    rows = [i for i, line in enumerate(lines) if ROW.match(line)]
+    if not rows:
+        raise ValueError("no table of chapters (rows starting with | `NN_name` |) in the README")
+    header, rule = rows[0] - 2, rows[0] - 1
+    head = [c.strip() for c in lines[header].strip().strip("|").split("|")]
+    present = head[-1] == title
+    if not present:
+        lines[header] = lines[header].rstrip() + f" {title} |"
+        lines[rule] = lines[rule].rstrip() + " --- |"
+    for i in range(rows[0], len(lines)):
+        match = ROW.match(lines[i])
+        if not match:
+            break
+        cells = lines[i].strip().strip("|").split("|")
+        if present:
+            cells = cells[:-1]
+        lines[i] = "|" + "|".join(cells) + f"| {links_cell(folder, match.group(1))} |"
+    return "\n".join(lines)
+
+
+def readmes_to_write() -> dict[pathlib.Path, str]:
+    """{README path: its text with the links up to date} for each README whose links are missing or stale."""
+    out = {}
+    for name, (folder, title) in READMES.items():
+        path = ROOT / name
+        text = path.read_text(encoding="utf-8")
+        new = with_links(text, folder, title)
+        if new != text:
+            out[path] = new
+    return out
+
+
 def chapters(numbers: list[str], every: bool) -> list[pathlib.Path]:
     found = editions.source_notebooks(ROOT)
     if every:
@@ -199,9 +249,16 @@ def main(argv: list[str] | None = None) -> int:
         else:
             path.write_text(editions.dumps(updated), encoding="utf-8")
             print(f"{path.relative_to(ROOT)}: install lines written")
+    for path, text in readmes_to_write().items():
+        if args.check:
+            stale.append(f"{path.name} (the Colab and Kaggle links)")
+        else:
+            path.write_text(text, encoding="utf-8")
+            print(f"{path.name}: Colab and Kaggle links written")
     if stale:
-        print("the install lines are missing or stale in: " + ", ".join(stale))
-        print("run: python tools/install_cell.py " + " ".join(name[:2] for name in stale), file=sys.stderr)
+        print("the install lines or links are missing or stale in: " + ", ".join(stale))
+        numbers = " ".join(name[:2] for name in stale if name[:2].isdigit())
+        print(f"run: python tools/install_cell.py {numbers or '--all'}", file=sys.stderr)
         return 1
     if args.check:
         print(f"the install lines are up to date in {len(paths)} chapters")
