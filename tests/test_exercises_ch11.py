@@ -53,18 +53,23 @@ def test_soft_cap_is_what_the_gpt_applies_to_its_logits() -> None:
         torch.testing.assert_close(capped(idx), ex._soft_cap_reference(plain(idx), 0.05), rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.parametrize("which", range(len(ex.soft_cap_logits.mistakes)))
-def test_each_soft_cap_mistake_is_told_its_own_mistake_in_every_case_it_fails(which: int) -> None:
-    """A hard clip and tanh of the raw logits both give +-cap far beyond the cap: the case of far logits holds one
-    inside the cap too, so that neither learner is told the other's mistake. An answer in float32 fails the
-    float64 case (compared to 1e-10) and is told so."""
-    mistakes = ex.soft_cap_logits.mistakes
-    result = ex.soft_cap_logits.run(mistakes[which].answer)
+def _assert_named_alone(exercise, which: int) -> None:  # noqa: ANN001
+    """Known mistake `which` fails some case, and every case it fails names it by its own sentence and no other."""
+    mistakes = exercise.mistakes
+    result = exercise.run(mistakes[which].answer)
     failed = [text for ok, text in result.lines if not ok]
     assert failed, result.report()
     for text in failed:
         assert mistakes[which].says in text, text
         assert not any(m.says in text for i, m in enumerate(mistakes) if i != which), text
+
+
+@pytest.mark.parametrize("which", range(len(ex.soft_cap_logits.mistakes)))
+def test_each_soft_cap_mistake_is_told_its_own_mistake_in_every_case_it_fails(which: int) -> None:
+    """A hard clip and tanh of the raw logits both give +-cap far beyond the cap: the case of far logits holds one
+    inside the cap too, so that neither learner is told the other's mistake. An answer in float32 fails the
+    float64 case (compared to 1e-10) and is told so."""
+    _assert_named_alone(ex.soft_cap_logits, which)
 
 
 def test_a_float32_answer_fails_only_the_float64_case() -> None:
@@ -101,7 +106,90 @@ def test_a_cache_size_in_gib_or_gb_is_told_it_is_not_bytes(answer: float, unit: 
     assert f"that is the size in {unit}" in result.report(), result.report()
 
 
-# ------------------------------------------------------------------ 3. pairs -> halves
+# ------------------------------------------------------------------ 3. the sliding-window mask
+
+
+@pytest.mark.parametrize(("size", "window"), [(8, 3), (6, 1), (5, 2), (6, 6), (4, 10), (64, 16), (1, 1), (7, 4)])
+def test_sliding_window_reference_is_the_librarys_and_the_causal_mask_for_a_long_window(size: int, window: int) -> None:
+    from transformer_lab.masking import causal_mask
+    from transformer_lab.modern import sliding_window_mask
+
+    got = ex._window_reference(size, window)
+    assert got.dtype == torch.bool and got.shape == (size, size)
+    assert torch.equal(got, sliding_window_mask(size, window))
+    assert got.sum(dim=1).tolist() == [min(i + 1, window) for i in range(size)]  # the query and window - 1 before
+    if window >= size:
+        assert torch.equal(got, causal_mask(size))
+
+
+def test_the_sliding_window_cases_are_the_gpts_masks() -> None:
+    """The case of 64 positions and 16 is the mask the modern model with window_pattern="SSSL" keeps."""
+    config = GPTConfig(vocab_size=11, block_size=64, d_model=16, n_heads=2, n_layers=4, window_pattern="SSSL")
+    assert torch.equal(GPT(config).window_mask, ex._window_reference(*ex.sliding_window_mask.cases[-1].inputs()))
+
+
+def _window_as_the_notebook(size, window):  # noqa: ANN001, ANN202
+    i = torch.arange(size).unsqueeze(1)
+    j = torch.arange(size).unsqueeze(0)
+    return (j <= i) & (j > i - window)
+
+
+def _window_by_loops(size, window):  # noqa: ANN001, ANN202
+    mask = torch.zeros(size, size, dtype=torch.bool)
+    for i in range(size):
+        for j in range(max(0, i - window + 1), i + 1):
+            mask[i, j] = True
+    return mask
+
+
+def _window_from_tril(size, window):  # noqa: ANN001, ANN202
+    ones = torch.ones(size, size, dtype=torch.bool)
+    return ones.tril() & ~ones.tril(-window)
+
+
+def _window_from_triu(size, window):  # noqa: ANN001, ANN202
+    ones = torch.ones(size, size, dtype=torch.bool)
+    return torch.triu(torch.tril(ones), diagonal=-(window - 1))
+
+
+@pytest.mark.parametrize("answer", [_window_as_the_notebook, _window_by_loops, _window_from_tril, _window_from_triu])
+def test_honest_sliding_window_answers_pass(answer) -> None:  # noqa: ANN001
+    result = ex.sliding_window_mask.run(answer)
+    assert result.passed, result.report()
+
+
+@pytest.mark.parametrize("which", range(len(ex.sliding_window_mask.mistakes)))
+def test_each_sliding_window_mistake_is_told_its_own_mistake_in_every_case_it_fails(which: int) -> None:
+    """An off-by-one window either way, a band on both sides or ahead of the diagonal, the far edge alone (no
+    causality), the plain causal mask, the blocked convention and a float additive mask: each fails somewhere and is
+    named, in every case it fails, by its own sentence and by no other."""
+    _assert_named_alone(ex.sliding_window_mask, which)
+
+
+def test_the_sliding_window_mistakes_say_different_things_and_cover_the_natural_slips() -> None:
+    says = [m.says for m in ex.sliding_window_mask.mistakes]
+    assert len(set(says)) == len(says)
+    i, j = torch.arange(8).unsqueeze(1), torch.arange(8).unsqueeze(0)
+    slips = {  # written here as a learner would, not taken from the module
+        "window + 1 keys": (j <= i) & (j >= i - 3),
+        "window - 1 keys": (j <= i) & (j > i - 2),
+        "reaches into the future": (i - j).abs() < 3,
+        "wrong side of the diagonal": (j >= i) & (j < i + 3),
+        "plain causal mask": j <= i,
+        "NOT see": (j > i) | (j <= i - 3),
+    }
+    for words, mask in slips.items():
+        result = ex.sliding_window_mask.run(lambda size, window, mask=mask: mask if size == 8 else mask[:0])
+        first = next(text for ok, text in result.lines if not ok)
+        assert first.startswith("8 positions, a window of 3") and words in first, first
+
+
+def test_the_librarys_sliding_window_mask_is_no_answer() -> None:
+    result = ex.sliding_window_mask.run(ex._window_with_library)
+    assert not result.passed and result.shortcut, result.report()
+
+
+# ------------------------------------------------------------------ 4. pairs -> halves
 
 
 @pytest.mark.parametrize("case", range(5))
@@ -168,7 +256,7 @@ def test_a_pairs_model_with_its_rows_moved_is_the_same_model_in_the_halves_layou
         assert not torch.allclose(halves(idx), pairs(idx), atol=1e-6)  # the inverse permutation is another model
 
 
-# ------------------------------------------------------------------ 4. one Muon step
+# ------------------------------------------------------------------ 5. one Muon step
 
 FLOAT64_CASES = [i for i, c in enumerate(ex.muon_update.cases) if len(c.inputs()) == 5]
 TORCH_CASES = [i for i, c in enumerate(ex.muon_update.cases) if len(c.inputs()) == 6]

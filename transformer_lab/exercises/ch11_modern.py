@@ -3,9 +3,11 @@
 1. `soft_cap_logits`: Gemma 2's and nanochat's logit soft-cap, c tanh(z / c) (easy, build).
 2. `predict_kv_cache_bytes`: the KV cache of Llama 3 8B's grouped-query attention at 8192 tokens (medium,
    predict).
-3. `pairs_to_halves`: the rows of W^Q (or W^K) of a model trained with rotary pairs (2i, 2i+1), moved for the
+3. `sliding_window_mask`: the mask of sliding-window attention, query i sees keys i - window < j <= i (medium,
+   build).
+4. `pairs_to_halves`: the rows of W^Q (or W^K) of a model trained with rotary pairs (2i, 2i+1), moved for the
    halves layout (i, i + d_k/2) of Hugging Face's checkpoints (medium, transfer).
-4. `muon_update`: one Muon step for one weight matrix: momentum, Newton-Schulz, shape scaling (harder, build);
+5. `muon_update`: one Muon step for one weight matrix: momentum, Newton-Schulz, shape scaling (harder, build);
    checked in float64 against the published update and in float32 against `torch.optim.Muon` (bfloat16).
 
 Used in the notebook as `from transformer_lab.exercises import ch11_modern as exercises`.
@@ -24,10 +26,11 @@ from torch import Tensor
 
 from transformer_lab.exercises.core import Case, Exercise, Mistake
 from transformer_lab.hf import _halves_to_pairs
+from transformer_lab.modern import sliding_window_mask as _library_window_mask
 from transformer_lab.modern import soft_cap
 from transformer_lab.muon import Muon, MuonAdamW, _reference_step, make_muon, muon_lr_scale, newton_schulz
 
-__all__ = ["soft_cap_logits", "predict_kv_cache_bytes", "pairs_to_halves", "muon_update"]
+__all__ = ["soft_cap_logits", "predict_kv_cache_bytes", "sliding_window_mask", "pairs_to_halves", "muon_update"]
 
 
 def _randn(*shape: int, seed: int, dtype: torch.dtype = torch.float32) -> Tensor:
@@ -192,7 +195,142 @@ predict_kv_cache_bytes = Exercise(
 )
 
 
-# --- 3. transfer: rotary pairs -> halves, rows of W^Q ------------------------------------------------
+# --- 3. build: the sliding-window mask ---------------------------------------------------------------
+
+
+def _window_reference(size: int, window: int) -> Tensor:
+    i = torch.arange(size).unsqueeze(1)  # (T, 1): each query's position
+    j = torch.arange(size).unsqueeze(0)  # (1, T): each key's position
+    # Two conditions: causal (no key after the query) and recent (the key is one of the `window` latest, the
+    # query's own included: i - window + 1, ..., i).
+    return (j <= i) & (j > i - window)  # (T, T) bool, True = may attend
+
+
+def _positions(size: int) -> tuple[Tensor, Tensor]:
+    return torch.arange(size).unsqueeze(1), torch.arange(size).unsqueeze(0)
+
+
+def _window_one_too_wide(size, window):  # noqa: ANN001, ANN202
+    i, j = _positions(size)
+    return (j <= i) & (j >= i - window)  # window + 1 keys: the window counted without the query
+
+
+def _window_one_too_narrow(size, window):  # noqa: ANN001, ANN202
+    i, j = _positions(size)
+    return (j <= i) & (j > i - window + 1)  # window - 1 keys
+
+
+def _window_both_sides(size, window):  # noqa: ANN001, ANN202
+    i, j = _positions(size)
+    return (i - j).abs() < window  # a band around the diagonal: the future inside the window too
+
+
+def _window_far_edge_only(size, window):  # noqa: ANN001, ANN202
+    i, j = _positions(size)
+    return j > i - window  # the window's far edge, and no causal condition: every later key too
+
+
+def _window_ahead(size, window):  # noqa: ANN001, ANN202
+    i, j = _positions(size)
+    return (j >= i) & (j < i + window)  # the band above the diagonal: the query and the keys after it
+
+
+def _window_causal_only(size, window):  # noqa: ANN001, ANN202
+    i, j = _positions(size)
+    return j <= i  # the plain causal mask: the window forgotten
+
+
+def _window_blocked(size, window):  # noqa: ANN001, ANN202
+    i, j = _positions(size)
+    return ~((j <= i) & (j > i - window))  # True where the query may NOT look (PyTorch's "blocked" meaning)
+
+
+def _window_additive(size, window):  # noqa: ANN001, ANN202
+    i, j = _positions(size)
+    allowed = (j <= i) & (j > i - window)
+    return torch.zeros(size, size).masked_fill(~allowed, float("-inf"))  # a float mask added to the scores
+
+
+def _window_with_library(size, window):  # noqa: ANN001, ANN202
+    return _library_window_mask(size, window)
+
+
+sliding_window_mask = Exercise(
+    "sliding_window_mask",
+    reference=_window_reference,
+    cases=[
+        Case("8 positions, a window of 3", lambda: (8, 3)),
+        Case("6 positions, a window of 1: each token alone", lambda: (6, 1)),
+        Case("5 positions, a window of 2", lambda: (5, 2)),
+        Case("a window as long as the context, 6 of 6: the causal mask", lambda: (6, 6)),
+        Case("a window longer than the context, 10 for 4", lambda: (4, 10)),
+        Case("the modern model's: 64 positions, a window of 16", lambda: (64, 16)),
+    ],
+    hints=[
+        "Compare positions, as for the causal mask: a column of query positions i, shape (size, 1), against a row "
+        "of key positions j, shape (1, size). Two conditions must both hold for query i to see key j.",
+        "One condition is causality: no key after the query. The other keeps only the `window` most recent keys, "
+        "the query's own among them: with a window of 3, query 5 sees keys 3, 4 and 5, and not key 2.",
+        "Combine the two boolean tensors with & (both must hold). Check row 5 of (8, 3): exactly three True, at "
+        "columns 3, 4 and 5; and a window of 1 keeps the diagonal alone.",
+    ],
+    level="medium",
+    kind="build",
+    mistakes=[
+        Mistake(
+            _window_one_too_wide,
+            "each query sees window + 1 keys: the window was counted as the keys before the query, and the query's "
+            "own key came on top. Here the window counts the query itself (as Hugging Face's sliding_window does): "
+            "a window of 3 is the query and the 2 keys before it.",
+        ),
+        Mistake(
+            _window_one_too_narrow,
+            "each query sees only window - 1 keys: the far edge of the window is one position too close. A window "
+            "of 3 is the query and the 2 keys before it; a window of 1 is the query alone.",
+        ),
+        Mistake(
+            _window_both_sides,
+            "the window reaches into the future: query i also sees the keys after it, up to window - 1 positions "
+            "ahead. A decoder's window lies only behind the query: keep the causal condition too.",
+        ),
+        Mistake(
+            _window_far_edge_only,
+            "every query sees every key after it: only the window's far edge was kept, and the causal condition "
+            "(no key after the query) was lost.",
+        ),
+        Mistake(
+            _window_ahead,
+            "the band lies on the wrong side of the diagonal: each query sees itself and the keys AFTER it, the "
+            "future. The window is the query and the keys just before it (rows are queries, columns keys).",
+        ),
+        Mistake(
+            _window_causal_only,
+            "every query sees all the keys before it: this is the plain causal mask. The window also hides every "
+            "key more than window - 1 positions back.",
+        ),
+        Mistake(
+            _window_blocked,
+            "True marks the keys a query may NOT see (PyTorch's \"blocked\" meaning): in the library's "
+            'convention, as in every mask of this course, True means "may attend".',
+        ),
+        Mistake(
+            _window_additive,
+            "this is a float mask to add to the scores (0 where allowed, -inf elsewhere): the exercise asks for "
+            "the boolean mask, True where the query may attend, as the library's masks are.",
+        ),
+    ],
+    forbidden=[_library_window_mask],
+    why=(
+        "A window layer reads only the last `window` positions, so a cache for it needs only `window` keys and "
+        "values, however long the text. What lies further back still reaches the query, through a full layer or "
+        'through the windowed layers in turn: each reaches window - 1 positions further. nanochat\'s "SSSL" '
+        "windows three layers of every four and keeps the last layer full; Mistral 7B windows every layer."
+    ),
+    shortcuts=[_window_with_library],
+)
+
+
+# --- 4. transfer: rotary pairs -> halves, rows of W^Q ------------------------------------------------
 
 
 def _pairs_to_halves_reference(weight: Tensor, n_heads: int) -> Tensor:
@@ -289,7 +427,7 @@ pairs_to_halves = Exercise(
 )
 
 
-# --- 4. build: one Muon step -------------------------------------------------------------------------
+# --- 5. build: one Muon step -------------------------------------------------------------------------
 
 #: torch.optim.Muon rounds Newton-Schulz to bfloat16: its update is 1-2 % (relative, Frobenius norm) away from the
 #: exact one on these shapes (measured; tests/test_muon.py). A float32 update counts as torch's within 3 %.
