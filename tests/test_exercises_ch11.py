@@ -304,6 +304,91 @@ def test_either_convention_for_eps_passes_but_float32_arithmetic_fails_the_float
     assert failed and set(failed) <= set(FLOAT64_CASES), result.report()  # float32 passes torch's cases only
 
 
+def _muon_written_out(weight, grad, buffer, lr, momentum=0.95, coefficients=(3.4445, -4.7750, 2.0315), cast=None):  # noqa: ANN001, ANN202
+    """The published update as a learner writes it, with the slips below as options."""
+    a, b, c = coefficients
+    if cast is not None:
+        weight, grad, buffer = weight.to(cast), grad.to(cast), buffer.to(cast)
+    m = momentum * buffer + (1 - momentum) * grad
+    u = (1 - momentum) * grad + momentum * m
+    tall = u.shape[0] > u.shape[1]
+    x = u.T if tall else u
+    x = x / (x.norm() + 1e-7)
+    for _ in range(5):
+        gram = x @ x.T
+        x = a * x + (b * gram + c * gram @ gram) @ x
+    o = x.T if tall else x
+    return weight - lr * max(1.0, weight.shape[0] / weight.shape[1]) ** 0.5 * o, m
+
+
+def _slip_all_float32(weight, grad, buffer, lr, momentum=0.95):  # noqa: ANN001, ANN202
+    return _muon_written_out(weight, grad, buffer, lr, momentum, cast=torch.float32)  # returns float32
+
+
+def _slip_float32_and_back(weight, grad, buffer, lr, momentum=0.95):  # noqa: ANN001, ANN202
+    new, m = _muon_written_out(weight, grad, buffer, lr, momentum, cast=torch.float32)
+    return new.to(weight.dtype), m.to(weight.dtype)
+
+
+def _slip_float32_constants(weight, grad, buffer, lr, momentum=0.95):  # noqa: ANN001, ANN202
+    k = torch.tensor([3.4445, -4.7750, 2.0315])  # float32: each constant rounded
+    return _muon_written_out(weight, grad, buffer, lr, momentum, coefficients=(k[0], k[1], k[2]))
+
+
+def _slip_newton_schulz_in_float32(weight, grad, buffer, lr, momentum=0.95):  # noqa: ANN001, ANN202
+    m = momentum * buffer + (1 - momentum) * grad
+    u = ((1 - momentum) * grad + momentum * m).float()  # the rest in float32, other arithmetic order
+    x = u.T if u.shape[0] > u.shape[1] else u
+    x = x / (torch.linalg.matrix_norm(x) + 1e-7)
+    for _ in range(5):
+        gram = x @ x.T
+        x = 3.4445 * x - 4.7750 * (gram @ x) + 2.0315 * (gram @ (gram @ x))
+    o = x.T if u.shape[0] > u.shape[1] else x
+    return weight - lr * max(1.0, weight.shape[0] / weight.shape[1]) ** 0.5 * o, m
+
+
+FLOAT32_SAYS = next(m.says for m in ex.muon_update.mistakes if m.answer is ex._muon_through_float32)
+
+
+@pytest.mark.parametrize(
+    "slip", [_slip_all_float32, _slip_float32_and_back, _slip_float32_constants, _slip_newton_schulz_in_float32]
+)
+def test_a_float32_slip_is_named_in_every_float64_case_it_fails(slip) -> None:  # noqa: ANN001
+    """Issue 35: a learner whose step went through float32 somewhere saw 'expected 0.124762, got 0.124762' and
+    nothing else. Every float64 case such an answer fails now says why, whatever order its arithmetic ran in;
+    torch's float32 cases pass it."""
+    assert ex.muon_update.run(_muon_written_out).passed  # the same code without the slip
+    result = ex.muon_update.run(slip)
+    failed = [(i, text) for i, (ok, text) in enumerate(result.lines) if not ok]
+    assert failed and {i for i, _ in failed} <= set(FLOAT64_CASES), result.report()
+    for _, text in failed:
+        assert FLOAT32_SAYS in text, text
+        assert not any(m.says in text for m in ex.muon_update.mistakes if m.says != FLOAT32_SAYS), text
+
+
+def test_the_float32_recogniser_names_no_other_mistake_and_passes_nothing() -> None:
+    """Run as an answer right after a right one (whose results it may still hold), the float32 slip fails every
+    float64 case; the other mistakes are not taken for it."""
+    assert ex.muon_update.run(_muon_written_out).passed
+    result = ex.muon_update.run(ex._muon_through_float32)
+    assert [ok for ok, _ in result.lines[: len(FLOAT64_CASES)]] == [False] * len(FLOAT64_CASES), result.report()
+    for mistake in ex.muon_update.mistakes:
+        if mistake.answer is not ex._muon_through_float32:
+            assert FLOAT32_SAYS not in ex.muon_update.run(mistake.answer).report(), mistake.says
+
+
+def test_the_student_copy_of_chapter_11s_exercises_keeps_no_answer() -> None:
+    """The float32 recogniser reads the learner's result through the run hook: strip_source still makes the
+    student copy, without the reference or the recogniser (a mistake), and its cases still run."""
+    import pathlib
+
+    from transformer_lab.exercises.strip import strip_source
+
+    stripped = strip_source(pathlib.Path(ex.__file__).read_text(encoding="utf-8"))
+    assert "def _muon_reference" not in stripped and "def _muon_through_float32" not in stripped
+    assert "def _window_reference" not in stripped and "def _run_muon" in stripped
+
+
 @pytest.mark.parametrize("case", TORCH_CASES)
 def test_float32_reference_is_within_bfloat16_precision_of_torch_optim_muon(case: int) -> None:
     weight, grad, buffer, lr, momentum, (torch_weight, torch_buffer) = ex.muon_update.cases[case].inputs()

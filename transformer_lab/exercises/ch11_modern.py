@@ -514,6 +514,31 @@ def _muon_factor_no_max(weight, grad, buffer, lr, momentum=0.95):  # noqa: ANN00
     return weight - lr * math.sqrt(weight.shape[0] / weight.shape[1]) * _ns(u), m
 
 
+def _muon_through_float32(weight, grad, buffer, lr, momentum=0.95):  # noqa: ANN001, ANN202
+    """The published step computed in float32 all along. Recognising a learner's wrong result in a float64 case, a
+    check runs it right after the learner's answer on the same inputs: where that answer's result (`_LAST_FLOAT64`,
+    kept by `_run_muon`, its inputs equal to these) is within float32's rounding of this step (rtol 1e-5), it
+    returns that result, so that any float32 slip is named (a .float() anywhere, a float32 constant), whatever
+    order its arithmetic ran in; otherwise this float32 step, which no float64 case accepts."""
+    m = momentum * buffer.float() + (1 - momentum) * grad.float()
+    u = (1 - momentum) * grad.float() + momentum * m
+    slip = (weight.float() - lr * _scale(weight) * _ns(u), m)  # float32 from the first operation to the last
+    last = _LAST_FLOAT64
+    if not last or not all(torch.equal(a, b) for a, b in zip(last["inputs"][:3], (weight, grad, buffer), strict=True)):
+        return slip
+    if last["inputs"][3:] != (lr, momentum):
+        return slip
+    got = last["got"]
+    if not (isinstance(got, (tuple, list)) and len(got) == 2 and all(isinstance(t, Tensor) for t in got)):
+        return slip
+    if not all(t.shape == weight.shape and t.is_floating_point() for t in got):
+        return slip
+    near = all(
+        torch.allclose(t.detach().double(), s.double(), rtol=1e-5, atol=1e-7) for t, s in zip(got, slip, strict=True)
+    )
+    return tuple(got) if near else slip
+
+
 def _muon_ascent(weight, grad, buffer, lr, momentum=0.95):  # noqa: ANN001, ANN202
     m = momentum * buffer + (1 - momentum) * grad
     u = (1 - momentum) * grad + momentum * m
@@ -614,6 +639,12 @@ def _torch_case(name: str, shape: tuple[int, int], seed: int, later: bool = True
     )
 
 
+#: The learner's last result in a float64 case and the inputs it came from (clones), kept by `_run_muon` for the
+#: float32 slip's recogniser (`_muon_through_float32`): recognising a slip of float32's rounding needs a tolerance
+#: of about 1e-5, where the case compares to 1e-9.
+_LAST_FLOAT64: dict[str, Any] = {}
+
+
 def _run_muon(
     candidate: Any,
     weight: Tensor,
@@ -625,6 +656,11 @@ def _run_muon(
 ) -> Any:
     """Call `candidate(weight, grad, buffer, lr, momentum)`.
 
+    In a float64 case the result is also kept in `_LAST_FLOAT64`, with clones of its inputs, until the next call
+    (the reference's is not kept): a check runs the learner's answer on a case, then the reference, then (where the
+    answer failed) the known mistakes on the same inputs, the float32 slip (`_muon_through_float32`, which reads
+    it) first of them.
+
     In a torch.optim.Muon case (`torch_result` given: torch's new weight and buffer) an answer within bfloat16's
     precision of torch's step counts as torch's step: when its update (new weight - weight) is within TORCH_RTOL of
     torch's (relative, Frobenius norm) and its buffer equals torch's to float32 rounding, torch's result is returned,
@@ -632,6 +668,10 @@ def _run_muon(
     answer is returned as it is, and the check shows where it differs from torch's."""
     got = candidate(weight, grad, buffer, lr, momentum)
     if torch_result is None:
+        # kept for the float32 slip's recogniser, which a check runs first of the mistakes after the learner's answer
+        # and the reference (whose result, the expected one, is not kept: it is named, not reached, from here)
+        if getattr(candidate, "__qualname__", None) != "_muon_reference" or candidate.__module__ != __name__:
+            _LAST_FLOAT64.update(inputs=(weight.clone(), grad.clone(), buffer.clone(), lr, momentum), got=got)
         return got
     if not (isinstance(got, (tuple, list)) and len(got) == 2 and all(isinstance(t, Tensor) for t in got)):
         return got
@@ -672,6 +712,14 @@ muon_update = Exercise(
     kind="build",
     run=_run_muon,
     mistakes=[
+        # first: a check tries the mistakes in this order, and this one reads the learner's result (_run_muon)
+        Mistake(
+            _muon_through_float32,
+            "your step agrees with the published one to about seven digits, float32's precision, and no further: "
+            "somewhere it went through float32 (a .float(), or a tensor made without dtype=, such as "
+            "torch.tensor(3.4445) or torch.zeros(n), which are float32). Compute in the inputs' dtype: the float64 "
+            "cases compare to 1e-9.",
+        ),
         Mistake(
             _muon_no_nesterov,
             "the step followed the momentum M itself: the published update (Nesterov momentum, torch's default) "
