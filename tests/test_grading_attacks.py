@@ -287,6 +287,75 @@ def attacks(course: pathlib.Path, subs: pathlib.Path, port: int) -> dict[str, tu
         ),
         "h_huge_cell": ("01", sm, "pad = 1\n" * 40_000 + "def softmax_rows(x):\n    return x\n"),
         "h_deep_cell": ("01", sm, "pad = " + "+".join(["x"] * 20_000) + "\ndef softmax_rows(x):\n    return x\n"),
+        # ---------------------------------------------------------- issue 36, part A: outside the allow-list (a_),
+        # undoing the record (u_), the library's statistics in chapter 04 (s_), memory (m_)
+        "a_normalize": (
+            "01",
+            sm,
+            "def softmax_rows(x):\n    return F.normalize(torch.exp(x - x.max(-1, keepdim=True).values), p=1, dim=-1)\n",
+        ),
+        "a_vector_norm": (
+            "01",
+            sm,
+            "def softmax_rows(x):\n    e = torch.exp(x - x.max(-1, keepdim=True).values)\n    return e / torch.linalg.vector_norm(e, 1, -1, True)\n",
+        ),
+        "a_distance_attention": (
+            "01",
+            "attention",
+            "def attention(query, key, value, mask=None, dropout=None):\n"
+            "    scores = -torch.cdist(query, key) ** 2 / 2 + (query ** 2).sum(-1, keepdim=True) / 2 + (key ** 2).sum(-1)[..., None, :] / 2\n"
+            "    scores = scores / query.shape[-1] ** 0.5\n"
+            "    if mask is not None:\n        scores = scores.masked_fill(mask == 0, -1e9)\n"
+            "    weights = torch.softmax(scores, -1)\n    return weights @ value, weights\n",
+        ),
+        "u_pop_mode": (
+            "01",
+            sm,
+            "from torch.utils._python_dispatch import _pop_mode\n"
+            "def softmax_rows(x):\n    _pop_mode()\n    return torch.ops.aten._softmax(x, -1, False)\n",
+        ),
+        "u_clear_record": (
+            "01",
+            sm,
+            "import gc\ndef softmax_rows(x):\n    y = torch.softmax(x, -1)\n    for o in gc.get_objects():\n"
+            "        if type(o).__name__ == 'OperatorRecord':\n            o.seen.clear()\n    return y\n",
+        ),
+        "u_rerun_source": (
+            "01",
+            sm,
+            "import numpy as np\nsource = bytes(np.fromfile(tl.__file__.replace('__init__', 'attention'), dtype=np.uint8)).decode()\n"
+            "mine = {}\nexec(source, mine)\ndef softmax_rows(x):\n    return mine['softmax'](x, -1)\n",
+        ),
+        "s_layer_stats_in_rms": (
+            "04",
+            "rms_norm",
+            "def rms_norm(x, gamma, eps=1e-6):\n    mean, var = tl.layer_norm_statistics(x)\n"
+            "    return gamma * x / torch.sqrt(var + mean ** 2 + eps)[..., None]\n",
+        ),
+        "s_per_position": (
+            "04",
+            "masked_batch_norm",
+            "def masked_batch_norm(x, mask, gamma, beta, eps=1e-5):\n"
+            "    mean, var, count = tl.normalization.batch_norm_statistics_per_position(x, mask)\n"
+            "    return gamma * (x - mean) / torch.sqrt(var + eps) + beta\n",
+        ),
+        "s_imported_helper": (
+            "04",
+            "layer_norm",
+            "from transformer_lab.normalization import layer_norm_statistics as stats\n"
+            "def layer_norm(x, gamma, beta, eps=1e-5):\n    mean, var = stats(x)\n"
+            "    return gamma * (x - mean[..., None]) / torch.sqrt(var[..., None] + eps) + beta\n",
+        ),
+        "m_shared_memory": (
+            "01",
+            sm,
+            "hog = torch.ones(1 << 27).share_memory_()\ndef softmax_rows(x):\n    raise NotImplementedError\n",
+        ),
+        "m_many_tensors": (
+            "01",
+            sm,
+            "hog = [torch.ones(1 << 28) for _ in range(40)]\ndef softmax_rows(x):\n    raise NotImplementedError\n",
+        ),
         # ---------------------------------------------------------- the report: an error message that forges it
         "c_forge_report": (
             "01",
@@ -350,14 +419,14 @@ def graded(tmp_path_factory):
     plans = {p.name[:2]: (p, exercises_of(p)) for p in CHAPTERS}
     expected: dict[str, dict[str, float]] = {}
     for path in CHAPTERS:
-        source = json.loads(path.read_text())
+        source = json.loads(path.read_text(encoding="utf-8"))
         put(subs / "ada", path.name, source)  # right
-        put(subs / "bob", path.name, json.loads((out / path.name).read_text()))  # blank
+        put(subs / "bob", path.name, json.loads((out / path.name).read_text(encoding="utf-8")))  # blank
         expected.setdefault("ada", {})[path.stem] = sum(points for *_, points in plans[path.name[:2]][1])
         expected.setdefault("bob", {})[path.stem] = 0.0
     # cy: right everywhere but chapter 04's layer_norm returns NaN on a constant vector (no eps)
     path, plan = plans["04"]
-    mistake = json.loads(path.read_text())
+    mistake = json.loads(path.read_text(encoding="utf-8"))
     (cell_id, function, exercise, points) = next(p for p in plan if p[1] == "layer_norm")
     cells_by_id(mistake)[cell_id]["source"] = NAN_ON_CONSTANT
     namespace: dict = {}
@@ -369,12 +438,12 @@ def graded(tmp_path_factory):
         plans["01"][0].stem: sum(p for *_, p in plans["01"][1]),
     }
     put(subs / "cy", path.name, mistake)
-    put(subs / "cy", plans["01"][0].name, json.loads(plans["01"][0].read_text()))
+    put(subs / "cy", plans["01"][0].name, json.loads(plans["01"][0].read_text(encoding="utf-8")))
     table = attacks(course, subs, server.server_address[1])
     for name, (prefix, function, code) in table.items():
         code = code or LAYER_NORM_ATTACKS[name]
         path, plan = plans[prefix]
-        blank = json.loads((out / path.name).read_text())
+        blank = json.loads((out / path.name).read_text(encoding="utf-8"))
         cell_id = next(p[0] for p in plan if p[1] == function)
         cells_by_id(blank)[cell_id]["source"] = code
         put(subs / name, path.name, blank)
@@ -402,8 +471,8 @@ def graded(tmp_path_factory):
     expected.update(c_folder={}, c_fifo={}, c_link_folder={})
     records = classroom.grade_folder(subs, course, chapters=None, timeout=TIMEOUT, jobs=2, secret=SECRET)
     server.shutdown()
-    report = (course / "grading_report.md").read_text()
-    with (course / "grades.csv").open() as f:
+    report = (course / "grading_report.md").read_text(encoding="utf-8")
+    with (course / "grades.csv").open(encoding="utf-8", newline="") as f:
         grades = {row["student_id"]: row for row in csv.DictReader(f)}
     yield {
         "records": records,
@@ -460,6 +529,18 @@ def test_at_least_forty_attacks_of_every_kind(graded):
         assert sum(n.startswith(kind) for n in names) >= 5, kind
 
 
+def test_two_attacks_or_more_of_each_kind_of_issue_36(graded):
+    names = list(graded["attacks"])
+    for kind in ("a_", "u_", "s_", "m_"):
+        assert sum(n.startswith(kind) for n in names) >= 2, kind
+    records = {(r["student"], r["chapter"]): r for r in graded["records"]}
+    for name in ("a_normalize", "a_vector_norm"):  # past the static check: the grading server's allow-list
+        softmax = next(e for e in records[name, "01_attention"]["exercises"] if e["exercise"] == "softmax_rows")
+        assert "allow-list" in softmax["cases"][0][1], softmax["cases"][0]
+    for name in ("s_layer_stats_in_rms", "s_per_position", "s_imported_helper"):  # before anything runs
+        assert "finished version of what this chapter" in graded["report"].split(f"## {name}\n", 1)[1][:2000], name
+
+
 def test_every_attack_earns_nothing_and_is_flagged(graded):
     report = graded["report"]
     clean = report.split("## No problem", 1)[1]
@@ -488,9 +569,9 @@ def test_nothing_outside_the_sandbox_was_touched(graded):
     assert graded["hits"] == [], f"an answer reached the network: {graded['hits']}"
     course = graded["course"]
     assert not (course / "result.pt").exists()
-    ada = json.loads((course / "grading" / "ada" / "01_attention.json").read_text())
+    ada = json.loads((course / "grading" / "ada" / "01_attention.json").read_text(encoding="utf-8"))
     assert ada["exercises"] and all(e["points"] == e["max_points"] for e in ada["exercises"])
-    own = json.loads((course / "grading" / "w_own_record" / "01_attention.json").read_text())
+    own = json.loads((course / "grading" / "w_own_record" / "01_attention.json").read_text(encoding="utf-8"))
     assert own["student"] == "w_own_record"
 
 
@@ -528,7 +609,7 @@ def _errors(grade) -> str:
 def test_one_student_one_sandbox_for_all_chapters_started_again_if_stopped(session):
     """A student's chapters share one sandbox (its start, Python and PyTorch, paid once per student), and an
     answer that stops it costs that student a fresh one, not the grading of their other chapters."""
-    teachers = [(path.stem, json.loads(path.read_text())) for path in CHAPTERS]
+    teachers = [(path.stem, json.loads(path.read_text(encoding="utf-8"))) for path in CHAPTERS]
     with grading.StudentSandbox(session) as sandbox:
         for chapter, teacher in teachers:
             graded = grading.grade_notebook(teacher, teacher, chapter, SECRET, TIMEOUT, sandbox=sandbox)
@@ -558,10 +639,10 @@ def test_the_sandbox_sees_no_repository_no_home_and_no_secret(session):
 
 def test_the_stripped_copy_holds_no_answer(session):
     source_dir = session.package / "transformer_lab" / "exercises"
-    text = (source_dir / "ch08_embeddings.py").read_text()
+    text = (source_dir / "ch08_embeddings.py").read_text(encoding="utf-8")
     assert "_rotate_pairs" not in text and "_rotary_reference" not in text
     for module in source_dir.glob("ch*.py"):
-        body = module.read_text()
+        body = module.read_text(encoding="utf-8")
         assert "wrong=" not in body and "shortcuts=" not in body and "why=" not in body, module.name
     assert not (source_dir / "expected.pt").exists() and not (source_dir / "grading.py").exists()
 
@@ -582,7 +663,10 @@ def test_an_answer_can_neither_fork_nor_signal_nor_write_outside(session):
 def test_a_fused_kernel_is_caught_by_the_operator_record(session):
     """`_safe_softmax` is no forbidden name of the exercise: only the dispatch-level record sees it."""
     grade = _run(session, "def softmax_rows(x):\n    return torch.ops.aten._safe_softmax(x, -1)\n")
-    assert grade.points == 0 and grade.fused == ["_safe_softmax"], _errors(grade)
+    # the grading server's allow-list names it first (the grader's deny-list of fused kernels would too)
+    assert grade.points == 0 and "_safe_softmax" in (grade.shortcut or "") and "allow-list" in grade.shortcut, _errors(
+        grade
+    )
     honest = "def softmax_rows(x):\n    e = torch.exp(x - x.max(-1, keepdim=True).values)\n    return e / e.sum(-1, keepdim=True)\n"
     assert _run(session, honest).points == 1.0
 
@@ -597,7 +681,7 @@ def test_memory_and_time_are_limited_and_cost_only_the_answer(session):
 def test_the_static_check_allows_every_honest_answer_of_the_course():
     refused = []
     for path in NOTEBOOKS:
-        for cell in json.loads(path.read_text())["cells"]:
+        for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
             if cell["metadata"].get("nbgrader", {}).get("solution") and cell["cell_type"] == "code":
                 found = policy.refusals("".join(cell["source"]))
                 if found:

@@ -26,8 +26,21 @@ from transformer_lab.normalization import (
     LayerNorm,
     _masked_feature_statistics,
     batch_norm_statistics,
+    batch_norm_statistics_per_position,
     layer_norm_statistics,
 )
+
+#: every statistics helper of the library: an exercise of this chapter computes the statistics itself, so none of
+#: them may do it for the answer, whichever of them fits (issue 36: one answer took 4 points with them)
+STATISTICS_HELPERS = [
+    batch_norm_statistics,
+    batch_norm_statistics_per_position,
+    layer_norm_statistics,
+    _masked_feature_statistics,
+]
+
+#: refused by the grader's static check in every answer of this chapter, before it runs, under any name
+FORBIDDEN_IN_CHAPTER = [*STATISTICS_HELPERS, LayerNorm, BatchNorm]
 
 __all__ = ["predict_batch_norm_dims", "masked_batch_norm", "predict_eval_output", "layer_norm", "rms_norm"]
 
@@ -250,9 +263,9 @@ masked_batch_norm = Exercise(
     forbidden=[
         "batch_norm",
         BatchNorm,
+        LayerNorm,
         nn.BatchNorm1d,
-        batch_norm_statistics,
-        _masked_feature_statistics,
+        *STATISTICS_HELPERS,
     ],
     shortcuts=[_mbn_with_library_module, _mbn_with_library_statistics, _mbn_with_functional],
 )
@@ -504,8 +517,9 @@ layer_norm = Exercise(
         "instance_norm",
         "batch_norm",
         LayerNorm,
+        BatchNorm,
         nn.LayerNorm,
-        layer_norm_statistics,
+        *STATISTICS_HELPERS,
     ],
     shortcuts=[
         _ln_with_functional,
@@ -680,6 +694,9 @@ rms_norm = Exercise(
         "batch_norm",
         nn.LayerNorm,
         Float32RMSNorm,
+        LayerNorm,
+        BatchNorm,
+        *STATISTICS_HELPERS,
     ],
     shortcuts=[
         _rms_with_functional,

@@ -20,7 +20,9 @@ language) and the report flags it. What is refused, and why an honest answer nev
   numpy, itertools, functools, collections, ...): not `os`, `sys`, `importlib`, `inspect`, `gc`,
   `ctypes`, `subprocess`, `builtins`, `pickle`, ...;
 - the course's exercise machinery (`exercises`, `transformer_lab.exercises`, `.reference`, `.solution`);
-- strings that name `/proc` or hold a dunder (`"__code__"`, a format string `"{0.__globals__}"`).
+- strings that name `/proc` or hold a dunder (`"__code__"`, a format string `"{0.__globals__}"`);
+- in a chapter whose exercise module has `FORBIDDEN_IN_CHAPTER` (chapter 04: the library's statistics helpers and
+  normalization layers), any name that resolves to one of those objects, under whatever alias or re-export.
 
 Ordinary methods with such names (`model.eval()`, `module.modules()`) are attributes, not the builtins,
 and stay allowed. This layer is one of three: the sandbox also blocks the finished functions while the answer
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
 import sys
 import threading
 import types
@@ -397,19 +400,41 @@ def foreign_names() -> frozenset[str]:
     return FOREIGN_MODULE_NAMES
 
 
-def _object_problem(shown: str, value: object) -> str | None:
-    """Why a resolved non-module object may not be used (a builtin an answer may not call, under another name)."""
+def _object_problem(shown: str, value: object, forbidden: tuple[object, ...] = ()) -> str | None:
+    """Why a resolved non-module object may not be used: a builtin an answer may not call, under another name, or
+    one of `forbidden` (the library's finished versions of what the chapter's exercises compute)."""
     if getattr(value, "__module__", None) == "builtins" and getattr(value, "__name__", None) in REFUSED_NAMES:
         return f"`{shown}` (the builtin `{getattr(value, '__name__', '')}` under another name)"
+    if any(value is item for item in forbidden):
+        return f"`{shown}` (the library's finished version of what this chapter's exercises compute)"
     return None
+
+
+#: the line of a chapter's setup that names its exercise module (what grading.grade_notebook adds to the setup)
+_CHAPTER_LINE = re.compile(r"^from transformer_lab\.exercises import (ch\d\d_\w+) as exercises\s*$", re.M)
+
+
+def chapter_forbidden(context: str) -> tuple[object, ...]:
+    """What the chapter named in `context` forbids in every answer, statically: its exercise module's
+    `FORBIDDEN_IN_CHAPTER` (chapter 04: the library's statistics helpers and normalization layers), from the
+    grader's own copy of the module; () for a chapter without such a list."""
+    match = _CHAPTER_LINE.search(context)
+    if not match:
+        return ()
+    try:
+        module = importlib.import_module(f"transformer_lab.exercises.{match.group(1)}")
+    except Exception:  # noqa: BLE001 - a chapter the grader cannot import forbids nothing here
+        return ()
+    return tuple(getattr(module, "FORBIDDEN_IN_CHAPTER", ()))
 
 
 class _Resolver:
     """Follows what each name of a cell refers to: the modules bound by imports (the setup cell's and the
     answer's), and by assignments of a module (`F = torch.nn.functional`, `o = torch.os`)."""
 
-    def __init__(self, context: str) -> None:
+    def __init__(self, context: str, forbidden: tuple[object, ...] = ()) -> None:
         self.modules: dict[str, str] = {}  # name -> the module it refers to
+        self.forbidden = forbidden
         try:
             tree = ast.parse(context)
         except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -432,7 +457,7 @@ class _Resolver:
                         if kind == "module":
                             self.modules[alias.asname or alias.name] = str(value)
                         elif kind == "object":
-                            problem = _object_problem(f"{node.module}.{alias.name}", value)
+                            problem = _object_problem(f"{node.module}.{alias.name}", value, self.forbidden)
                             if problem:
                                 found.append((node, problem))
                 elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) and node.value is not None:
@@ -469,7 +494,7 @@ class _Resolver:
             if kind == "missing" and not attribute.startswith("_"):
                 return kind, None, f"`{shown}` (no public name of the module `{module}`)"
             if kind == "object":
-                problem = _object_problem(shown, value)
+                problem = _object_problem(shown, value, self.forbidden)
                 if problem:
                     return kind, value, problem
             if kind in ("missing", "unknown"):
@@ -557,7 +582,7 @@ def refusals(source: str, context: str = DEFAULT_CONTEXT) -> list[Finding]:
         if finding not in found:
             found.append(finding)
 
-    resolver = _Resolver(context)
+    resolver = _Resolver(context, chapter_forbidden(context))
     bound: list[tuple[ast.AST, str]] = []
     resolver.bind(tree, bound)
     for node, problem in bound:

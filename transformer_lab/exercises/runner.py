@@ -20,6 +20,18 @@ student line runs, the child:
   name they are called by) and records, with a `TorchDispatchMode`, every ATen operator each case runs, so
   the grader can refuse the fused kernels that compute the answer whole however they were reached.
 
+What the child records is not left in the child, where the answer's code could undo it. Each operator's name is
+written to a pipe the moment a case first runs it, and the server (this process, which never runs an answer) keeps
+it: clearing the child's record afterwards clears nothing. At the end of each case the runner itself runs one
+operator (the canary, `CANARY`) inside the record; a case whose record ends without it had its record taken away
+while the answer ran (a popped mode records nothing). A Python audit hook, which no Python code can remove, writes
+to the same pipe when the answer lists the garbage collector's objects (how the record or the modes are found) or
+reads or compiles the course's source (how unblocked copies of the blocked library functions are made). The server
+then checks each case (`verify`): its operators must lie in the exercise's allow-list (`allowed_operators`:
+generic elementwise, reduction, shape and indexing operators, plus those the exercise's honest answers ran, stored
+in operators.json by tools/allowed_operators.py); a case outside it, undone or reached from inside gets no credit,
+and the operator or the event is named in the feedback.
+
 Protocol (length-prefixed frames; every frame is `torch.save` data read with `weights_only=True`):
 stdin carries requests; stdout carries `(status, result bytes)` answers; nothing else is written to stdout.
 """
@@ -32,7 +44,6 @@ import io
 import linecache
 import os
 import platform
-import resource
 import select
 import signal
 import struct
@@ -46,6 +57,11 @@ import torch
 from torch import Tensor
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
+
+try:  # POSIX only: where it is missing (Windows) no sandbox starts, and sandbox.posix_missing() says why
+    import resource
+except ImportError:  # pragma: no cover - exercised with the module hidden (tests/test_grading_allowlist.py)
+    resource = None  # type: ignore[assignment]
 
 __all__ = ["ShortcutBlocked", "plain", "float_leaves", "with_leaves", "serve", "read_frame", "write_frame"]
 
@@ -312,11 +328,14 @@ class _Block(TorchFunctionMode):
 
 
 class OperatorRecord(TorchDispatchMode):
-    """Every ATen operator run while it is active, by name (`_softmax`, `native_layer_norm`, ...)."""
+    """Every ATen operator run while it is active, by name (`_softmax`, `native_layer_norm`, ...). With `fd`, each
+    name is also written to that pipe the moment it is first seen (`O<name>` lines): the grading server, another
+    process, keeps what was written, so an answer that clears `seen` afterwards clears nothing that counts."""
 
-    def __init__(self) -> None:
+    def __init__(self, fd: int | None = None) -> None:
         super().__init__()
         self.seen: set[str] = set()
+        self.fd = fd
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
@@ -325,8 +344,153 @@ class OperatorRecord(TorchDispatchMode):
         return False
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
-        self.seen.add(func._schema.name.split("::", 1)[-1])
+        name = func._schema.name.split("::", 1)[-1]
+        if name not in self.seen:
+            self.seen.add(name)
+            if self.fd is not None:
+                _stream(self.fd, b"O" + name.encode("ascii", "replace")[:80])
         return func(*args, **(kwargs or {}))
+
+
+# ------------------------------------------------------------------ the record, kept outside the child
+
+#: the operator the runner itself runs at the end of every case, inside the record: the grading server finds it
+#: last before the case's end, or the record was taken away while the answer ran (a popped mode records nothing)
+CANARY = "frac"
+#: the most the record stream of one exercise may hold (bytes): an honest exercise writes a few KiB
+MAX_RECORD = 1 << 20
+#: audit events an answer never causes, and that reach the record, the modes or the library's code from inside:
+#: objects found through the garbage collector, and the course's source read or compiled again (unblocked copies)
+AUDITED = ("gc.get_objects", "gc.get_referrers", "gc.get_referents")
+_write = os.write  # bound before any answer runs
+
+
+def _stream(fd: int, line: bytes) -> None:
+    with contextlib.suppress(OSError):
+        _write(fd, line.replace(b"\n", b" ") + b"\n")
+
+
+def _watch_audit(fd: int, course: str) -> list[bool]:
+    """Report to the grading server, through the record pipe, each audit event by which an answer reaches what
+    checks it (Python's audit hooks cannot be removed once added, so this lasts for the child's life). `course`:
+    the course package's folder. Returns the switch the runner turns off once the answer's code is done."""
+    import sys as _sys
+
+    course = course.rstrip("/") + "/"
+    active = [True]
+
+    def hook(event: str, args: tuple[Any, ...]) -> None:
+        if not active[0]:
+            return
+        if event in AUDITED:
+            _stream(fd, b"A" + event.encode())
+        elif event in ("open", "compile") and args:
+            where = args[1] if event == "compile" and len(args) > 1 else args[0]
+            if isinstance(where, bytes):
+                where = where.decode("utf-8", "replace")
+            if isinstance(where, str) and where.startswith(course) and where.endswith(".py"):
+                _stream(fd, b"A" + event.encode() + b" " + where[len(course) :].encode("utf-8", "replace")[:100])
+
+    _sys.addaudithook(hook)
+    return active
+
+
+def read_record(stream: bytes, cases: int) -> dict[str, Any]:
+    """What the grading server makes of one exercise's record stream: the operators of each case (`ops`, the
+    canary left out), the cases whose record was taken away (`undone`: no canary before its end), and what shows
+    the record or the course's code was reached from inside (`tampered`: audit events, lines out of order)."""
+    ops: list[list[str]] = [[] for _ in range(cases)]
+    opened: list[bool] = [False] * cases
+    closed: list[bool] = [False] * cases
+    undone: list[bool] = [False] * cases
+    tampered: list[str] = []
+    current: int | None = None
+    if len(stream) > MAX_RECORD:
+        tampered.append("the operator record overflowed")
+        stream = stream[:MAX_RECORD]
+    for raw in stream.split(b"\n"):
+        if not raw:
+            continue
+        line = raw.decode("utf-8", "replace")
+        kind, rest = line[0], line[1:]
+        if kind == "S" and rest.isdigit() and current is None and int(rest) < cases and not opened[int(rest)]:
+            current = int(rest)
+            opened[current] = True
+        elif kind == "O" and current is not None and rest:
+            ops[current].append(rest)
+        elif kind == "E" and current is not None and rest == str(current):
+            seen = ops[current]
+            undone[current] = not seen or seen[-1] != CANARY
+            if not undone[current]:
+                seen.pop()
+            closed[current], current = True, None
+        elif kind == "A":
+            what = f"audit event {rest[:120]}"
+            if what not in tampered:
+                tampered.append(what)
+        else:
+            what = "the operator record holds a line the runner never writes"
+            if what not in tampered:
+                tampered.append(what)
+    for index in range(cases):
+        if opened[index] and not closed[index]:
+            undone[index] = True
+    return {"ops": [sorted(set(o)) for o in ops], "opened": opened, "undone": undone, "tampered": tampered}
+
+
+_ALLOWED: dict[str, Any] = {}
+
+
+def allowed_operators(key: str) -> frozenset[str] | None:
+    """The ATen operators exercise `key` ("ch04_normalization.layer_norm") may run: the generic elementwise,
+    reduction, shape and indexing operators plus those its honest answers ran (operators.json, written by
+    tools/allowed_operators.py). None where the exercise has no list (a teacher's own exercise)."""
+    if "data" not in _ALLOWED:
+        import json
+        import pathlib
+
+        path = pathlib.Path(__file__).with_name("operators.json")
+        try:
+            _ALLOWED["data"] = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            _ALLOWED["data"] = {}
+    data = _ALLOWED["data"]
+    exercises = data.get("exercises", {})
+    if key not in exercises:
+        return None
+    return frozenset(data.get("generic", ())) | frozenset(exercises[key])
+
+
+def verify(request: dict[str, Any], result: dict[str, Any], stream: bytes) -> dict[str, Any]:
+    """The child's result, checked by the grading server against the record it streamed: each case's operators
+    are those of the stream; a case whose record was taken away, or an exercise whose answer reached the record
+    or the course's code from inside, gets no credit (a shortcut), and so does a case that ran an operator
+    outside the exercise's allow-list. Runs in the server, where no answer's code runs."""
+    from transformer_lab.i18n import message
+
+    entries = result.get("cases")
+    if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
+        return result
+    record = read_record(stream, len(entries))
+    key = f"{str(request.get('module', '')).rsplit('.', 1)[-1]}.{request.get('exercise', '')}"
+    allowed = allowed_operators(key)
+    result["record"] = {"tampered": record["tampered"], "allowlist": allowed is not None, "outside": []}
+    for index, entry in enumerate(entries):
+        reported = entry.get("ops") if isinstance(entry.get("ops"), list) else []
+        ops = sorted(set(record["ops"][index]) | {o for o in reported if isinstance(o, str)})
+        entry["ops"] = ops
+        answered = entry.get("error") is None and not entry.get("not_done") and not entry.get("shortcut")
+        if record["tampered"]:
+            entry["shortcut"] = message("grading.record_undone", what=record["tampered"][0])
+        elif record["undone"][index] or (answered and not record["opened"][index]):
+            # the canary missing at the case's end: the record was taken away while the answer ran
+            entry["shortcut"] = message("grading.record_undone", what="no record of the case's end")
+        elif allowed is not None and not entry.get("shortcut"):
+            outside = [op for op in ops if op not in allowed]
+            if outside:
+                entry["shortcut"] = message("grading.outside_allowlist", op=", ".join(outside[:3]))
+                result["record"]["outside"] += [o for o in outside if o not in result["record"]["outside"]]
+    return result
 
 
 def _raising_code(function: Any, message: str) -> Any:
@@ -403,8 +567,10 @@ def _watched() -> dict[str, Any]:
 # ------------------------------------------------------------------ one exercise, in the child
 
 
-def run_exercise(request: dict[str, Any]) -> dict[str, Any]:
-    """Run the cells, then the student's function on every hidden case; return plain results."""
+def run_exercise(request: dict[str, Any], record_fd: int | None = None) -> dict[str, Any]:
+    """Run the cells, then the student's function on every hidden case; return plain results. With `record_fd`,
+    the operators each case runs are streamed to the grading server as they run (`S<case>`, `O<operator>` lines,
+    the canary, `E<case>`), and audit events that reach the record or the course's code from inside with them."""
     from transformer_lab import i18n
     from transformer_lab.exercises.core import _needs_grad, describe_error
 
@@ -418,6 +584,12 @@ def run_exercise(request: dict[str, Any]) -> dict[str, Any]:
         inputs.append(visible if leaves is None else with_leaves(visible, list(leaves)))
     before = _watched()
     mode = block_finished(exercise)
+    canary_input = torch.zeros(1)
+    auditing = [False]
+    if record_fd is not None:
+        import transformer_lab
+
+        auditing = _watch_audit(record_fd, os.path.dirname(os.path.abspath(transformer_lab.__file__)))
     out: dict[str, Any] = {"cells": [], "cases": [], "tampered": []}
     namespace: dict[str, Any] = {"__name__": "__main__"}
     sink = io.StringIO()
@@ -445,14 +617,18 @@ def run_exercise(request: dict[str, Any]) -> dict[str, Any]:
     out["tampered"] = sorted(name for name in before if after[name] is not before[name])
     candidate = namespace.get(request["function"])
     timed_out = False
-    for case_inputs in inputs:
+    for index, case_inputs in enumerate(inputs):
         entry = {"value": None, "error": None, "error_types": [], "shortcut": None, "not_done": False, "ops": []}
-        record = OperatorRecord()
+        record = OperatorRecord(record_fd)
+        started = False  # whether this case's record was opened (an `S` line)
         if timed_out:
             entry["error"] = "not run: an earlier case reached the time limit"
         elif not callable(candidate):
             entry["error"] = f"no function named {request['function']} after running the answer cells"
         else:
+            if record_fd is not None:
+                _stream(record_fd, b"S%d" % index)
+                started = True
             try:
                 with (
                     contextlib.redirect_stdout(sink),
@@ -461,8 +637,13 @@ def run_exercise(request: dict[str, Any]) -> dict[str, Any]:
                     mode,
                     record,
                 ):
-                    with contextlib.nullcontext() if _needs_grad(case_inputs) else torch.no_grad():
-                        value = exercise._run(candidate, *case_inputs)
+                    try:
+                        with contextlib.nullcontext() if _needs_grad(case_inputs) else torch.no_grad():
+                            value = exercise._run(candidate, *case_inputs)
+                    finally:
+                        # the canary, inside the record: the server finds it last before the case's end
+                        record.seen.discard(CANARY)
+                        canary_input.frac()
                 entry["value"] = plain(value)
             except _Timeout:
                 entry["error"] = f"stopped after {request['cell_timeout']:g} s (time limit)"
@@ -476,25 +657,30 @@ def run_exercise(request: dict[str, Any]) -> dict[str, Any]:
                 entry["error_types"] = [k.__name__ for k in type(exc).__mro__]  # a case may expect an error
                 if isinstance(exc, RecursionError):
                     entry["error"] = "RecursionError: the function calls itself without end"
-        entry["ops"] = sorted(record.seen)
+        entry["ops"] = sorted(record.seen - {CANARY})
+        if started:
+            _stream(record_fd, b"E%d" % index)
         sink.seek(0)
         sink.truncate()
         out["cases"].append(entry)
+    auditing[0] = False  # the answer's code is done: what follows (the result's pickling) is the runner's
     return out
 
 
-def _child(request: dict[str, Any], result_fd: int) -> None:
+def _child(request: dict[str, Any], result_fd: int, record_fd: int) -> None:
     """In a forked child: give up what answers never need, run the exercise, write the result; never returns."""
     try:
         devnull = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1, 2):
             os.dup2(devnull, fd)
-        os.closerange(3, result_fd)
-        os.closerange(result_fd + 1, 1 << 16)
+        low, high = sorted((result_fd, record_fd))
+        os.closerange(3, low)
+        os.closerange(low + 1, high)
+        os.closerange(high + 1, 1 << 16)
         cpu = max(1, int(request["cpu_seconds"]))
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
         request["seccomp"] = give_up_processes_and_signals()
-        out = run_exercise(request)
+        out = run_exercise(request, record_fd)
         out["seccomp"] = request["seccomp"]
         payload = dumps(out)
     except BaseException:  # noqa: BLE001 - say what broke; the grader reports it
@@ -518,15 +704,43 @@ def _cpu_seconds(pid: int) -> float | None:
 IDLE_SHARE = 0.02
 
 
-def _wait_computing(fd: int, pid: int, deadline: float, idle_seconds: float) -> str | None:
+def _drain(fd: int, into: bytearray) -> bool:
+    """Read what the record pipe holds into `into` (kept up to MAX_RECORD + 1 bytes); False at its end."""
+    try:
+        chunk = os.read(fd, 1 << 16)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    if chunk and len(into) <= MAX_RECORD:
+        into += chunk[: MAX_RECORD + 1 - len(into)]
+    return bool(chunk)
+
+
+def _wait_computing(
+    fd: int,
+    pid: int,
+    deadline: float,
+    idle_seconds: float,
+    record_fd: int | None = None,
+    record: bytearray | None = None,
+) -> str | None:
     """Wait until `fd` can be read ("ready"), the deadline passes ("killed") or the child `pid` has waited
-    `idle_seconds` without computing ("idle": a sleep, a blocked read, a lock no one releases)."""
+    `idle_seconds` without computing ("idle": a sleep, a blocked read, a lock no one releases). Meanwhile what the
+    child writes to `record_fd` is read into `record`."""
     window_start, cpu_start = time.monotonic(), _cpu_seconds(pid)
     while True:
         now = time.monotonic()
         if now >= deadline:
             return "killed"
-        if select.select([fd], [], [], min(1.0, deadline - now))[0]:
+        watched = [fd] if record_fd is None else [fd, record_fd]
+        ready = select.select(watched, [], [], min(1.0, deadline - now))[0]
+        if record_fd is not None and record_fd in ready:
+            if not _drain(record_fd, record if record is not None else bytearray()):
+                record_fd = None  # its end: the child closed it (or died)
+            if fd not in ready:
+                continue
+        if fd in ready:
             return "ready"
         now, cpu = time.monotonic(), _cpu_seconds(pid)
         if cpu is None or cpu_start is None:
@@ -539,14 +753,19 @@ def _wait_computing(fd: int, pid: int, deadline: float, idle_seconds: float) -> 
 
 def _handle(request: dict[str, Any]) -> tuple[str, bytes]:
     read_end, write_end = os.pipe()
+    record_read, record_write = os.pipe()
     pid = os.fork()
     if pid == 0:
         os.close(read_end)
-        _child(request, write_end)
+        os.close(record_read)
+        _child(request, write_end, record_write)
     os.close(write_end)
+    os.close(record_write)
+    os.set_blocking(record_read, False)
+    record = bytearray()
     deadline = time.monotonic() + float(request["budget"])
     idle = float(request.get("idle_seconds") or max(5.0, float(request.get("cell_timeout", 10.0))))
-    waited = _wait_computing(read_end, pid, deadline, idle)
+    waited = _wait_computing(read_end, pid, deadline, idle, record_read, record)
     payload = read_frame(read_end, deadline) if waited == "ready" else None
     os.close(read_end)
     status = "done"
@@ -555,6 +774,16 @@ def _handle(request: dict[str, Any]) -> tuple[str, bytes]:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
+    while _drain(record_read, record):  # what the child wrote before it ended
+        pass
+    os.close(record_read)
+    if payload:
+        try:
+            result = loads(payload, limit=MAX_RESULT)
+            if isinstance(result, dict) and "crash" not in result:
+                payload = dumps(verify(request, result, bytes(record)))
+        except Exception:  # noqa: BLE001, S110 - not a result the grader can read either: it says so
+            pass
     return status, payload or b""
 
 
@@ -565,10 +794,21 @@ def serve() -> None:
     matplotlib.use("Agg")  # a chapter's setup cell imports pyplot: no display here
     import matplotlib.pyplot  # noqa: F401 - imported once here, inherited by every child
 
-    import transformer_lab  # noqa: F401
+    import transformer_lab
     import transformer_lab.exercises.core  # noqa: F401
 
     torch.set_num_threads(1)
+    # the server itself may not be read or written through /proc by a child (whose answer code could otherwise
+    # reach the record it keeps): not dumpable
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+    # the course's source, held by linecache now, so that a warning's or traceback's line never reads a file of the
+    # course while an answer runs (reading one then is how an unblocked copy is made, and is reported)
+    package = os.path.dirname(os.path.abspath(transformer_lab.__file__))
+    for name, loaded in list(sys.modules.items()):
+        where = getattr(loaded, "__file__", None)
+        if name.startswith("transformer_lab") and isinstance(where, str) and where.startswith(package):
+            linecache.getlines(where)
     # warm up what every child uses, so that no child pays a first use against its time limit
     with _Block({}, str), OperatorRecord(), torch.no_grad():
         for dtype in (torch.float32, torch.float64, torch.float16):
@@ -586,7 +826,7 @@ def serve() -> None:
         # the chapter's (stripped) exercise module, imported once here: every child inherits it
         if isinstance(request.get("module"), str) and request["module"].startswith("transformer_lab.exercises.ch"):
             with contextlib.suppress(Exception):
-                __import__(request["module"])
+                linecache.getlines(__import__(request["module"], fromlist=["_"]).__file__)
         status, payload = _handle(request)
         write_frame(out_fd, struct.pack("<B", len(status)) + status.encode() + payload)
 

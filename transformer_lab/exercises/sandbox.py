@@ -15,9 +15,12 @@ student's chapters share theirs (`grading.StudentSandbox`), another student's an
 - has no network (its own empty network namespace), sees no process outside it (its own PID namespace)
   and so can signal none, runs as `nobody` in its own user namespace and may not make another
   (`--disable-userns`), and is in a session of its own (`--new-session`);
-- is held to `memory_mib` of address space per process (`RLIMIT_AS`, set with `prlimit`: bubblewrap sets
-  none) and `cpu_seconds` of CPU time (`RLIMIT_CPU`); each answer's own child process is further held to its
-  exercise's time budget and may start no process and send no signal (a seccomp filter, runner.py);
+- is held to `memory_mib` of memory: by a memory cgroup of its own (cgroup v2) where this user has one delegated
+  (`memory_cgroup()`), which counts everything the sandbox holds, its /tmp included; otherwise per process, as
+  address space (`RLIMIT_AS`, set with `prlimit`: bubblewrap sets none), every tmpfs it can write having a size
+  (the empty folders that hide the course are 4 KiB and read-only); and to `cpu_seconds` of CPU time
+  (`RLIMIT_CPU`); each answer's own child process is further held to its exercise's time budget and may
+  start no process and send no signal (a seccomp filter, runner.py);
 - dies whole when the grader stops it or dies (`--die-with-parent`, and the PID namespace: when its first
   process ends, the kernel kills every process left in it).
 
@@ -46,7 +49,15 @@ from typing import Any
 from transformer_lab.exercises import runner
 from transformer_lab.exercises.strip import strip_source
 
-__all__ = ["Limits", "probe", "stripped_package", "SandboxServer", "SandboxUnavailable"]
+__all__ = [
+    "Limits",
+    "probe",
+    "posix_missing",
+    "memory_cgroup",
+    "stripped_package",
+    "SandboxServer",
+    "SandboxUnavailable",
+]
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[1]  # transformer_lab/
 #: files of transformer_lab/exercises/ that stay out of the stripped copy: they grade, they hold no case
@@ -135,10 +146,16 @@ def _masks(site_dirs: list[str]) -> list[str]:
         for name in sorted(os.listdir(folder)):
             path = os.path.join(folder, name)
             if name == "transformer_lab" and os.path.isdir(path):
-                args += ["--tmpfs", path]
+                args += _empty(path)
             elif "transformer_lab" in name and os.path.isfile(path):
                 args += ["--ro-bind", "/dev/null", path]
     return args
+
+
+def _empty(path: str) -> list[str]:
+    """bwrap arguments that hide `path` under an empty folder nothing can write into: a tmpfs of 4 KiB, read-only
+    (every writable tmpfs of a sandbox has a size; this one is not even writable)."""
+    return ["--perms", "0555", "--size", "4096", "--tmpfs", path, "--remount-ro", path]
 
 
 def _interpreter() -> tuple[str, str]:
@@ -230,7 +247,7 @@ def command(
     # the repository and the course directory stay hidden even where a mounted tree holds them
     for secret in dict.fromkeys([str(PACKAGE.parent), *(os.path.realpath(h) for h in hide)]):
         if secret != "/" and _under(secret, mounted) and not _under(secret, [str(package)]):
-            args += ["--tmpfs", secret]
+            args += _empty(secret)
     env = {
         "PATH": "/usr/bin:/bin",
         "HOME": "/tmp",
@@ -258,8 +275,53 @@ def font_cache(dest: pathlib.Path) -> pathlib.Path:
     return dest
 
 
+def posix_missing() -> str | None:
+    """One sentence saying why a submission cannot be graded here, where the POSIX modules the sandbox limits it
+    with are missing (Windows); None where they are present."""
+    import importlib.util
+
+    missing = [name for name in ("resource", "fcntl") if importlib.util.find_spec(name) is None]
+    if runner.resource is None and "resource" not in missing:
+        missing.insert(0, "resource")
+    if not missing:
+        return None
+    return (
+        f"grading a class needs Linux: Python's {' and '.join(missing)} module (with which the sandbox limits a "
+        f"submission's memory and time) does not exist on {sys.platform}; grade on a Linux machine or in WSL 2"
+    )
+
+
+#: where the kernel's cgroup v2 tree is mounted
+CGROUP_ROOT = pathlib.Path("/sys/fs/cgroup")
+
+
+def memory_cgroup() -> tuple[pathlib.Path | None, str]:
+    """(the cgroup v2 folder under which each sandbox gets a memory cgroup of its own, or None; one sentence saying
+    which memory limit holds). A sandbox's cgroup limits everything it holds (every process, its /tmp); without
+    one, each process's address space is limited (RLIMIT_AS) and every tmpfs it can write has a size."""
+    fallback = "each process's address space (RLIMIT_AS), with every writable tmpfs of a fixed size"
+    controllers = CGROUP_ROOT / "cgroup.controllers"
+    try:
+        if "memory" not in controllers.read_text(encoding="utf-8").split():
+            return None, f"{fallback}: no cgroup v2 memory controller here"
+        own = pathlib.Path("/proc/self/cgroup").read_text(encoding="utf-8").strip().splitlines()
+        line = next((entry for entry in own if entry.startswith("0::")), None)
+        if line is None:
+            return None, f"{fallback}: this process is in no cgroup v2"
+        here = CGROUP_ROOT / line[3:].lstrip("/")
+        subtree = (here / "cgroup.subtree_control").read_text(encoding="utf-8").split()
+        if "memory" not in subtree or not os.access(here, os.W_OK) or not os.access(here / "cgroup.procs", os.W_OK):
+            return None, f"{fallback}: the cgroup {here} is not delegated to this user with its memory controller"
+    except OSError as exc:
+        return None, f"{fallback}: cgroup v2 cannot be read ({exc.strerror})"
+    return here, f"a memory cgroup per sandbox under {here}"
+
+
 def probe(limits: Limits | None = None) -> str | None:
     """None if a sandbox can be made here; else why not, and what to do."""
+    missing = posix_missing()
+    if missing:
+        return missing
     if not sys.platform.startswith("linux"):
         return f"the sandbox needs Linux (bubblewrap); this is {sys.platform}"
     for tool, package in (("bwrap", "bubblewrap"), ("prlimit", "util-linux")):
@@ -304,7 +366,24 @@ class SandboxServer:
         sandbox: bool = True,
         hide: tuple[str, ...] = (),
     ) -> None:
+        missing = posix_missing()
+        if missing:
+            raise SandboxUnavailable(missing)
         self.argv = command(package, font_dir, limits, sandbox, hide)
+        self.cgroup: pathlib.Path | None = None
+        parent, self.memory_limit = memory_cgroup()
+        if parent is not None:
+            group = parent / f"transformer-lab-{os.getpid()}-{id(self):x}"
+            try:
+                group.mkdir()
+                (group / "memory.max").write_text(str((limits.memory_mib + limits.tmp_mib) << 20), encoding="ascii")
+                with contextlib.suppress(OSError):
+                    (group / "memory.swap.max").write_text("0", encoding="ascii")
+                # the sandbox's first process joins the cgroup before it becomes the sandbox: all it starts is in it
+                self.argv = ["sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', str(group), *self.argv]
+                self.cgroup = group
+            except OSError as exc:
+                self.memory_limit = f"RLIMIT_AS (the memory cgroup could not be made: {exc.strerror})"
         self.process = subprocess.Popen(
             self.argv,
             stdin=subprocess.PIPE,
@@ -378,6 +457,9 @@ class SandboxServer:
         with contextlib.suppress(Exception):
             assert self.process.stdout is not None
             self.process.stdout.close()
+        if self.cgroup is not None:
+            with contextlib.suppress(OSError):
+                self.cgroup.rmdir()
 
     def __enter__(self) -> SandboxServer:
         return self
