@@ -49,6 +49,7 @@ sys.path.insert(0, str(ROOT))
 
 from transformer_lab import data  # noqa: E402
 from transformer_lab import finetune as ft  # noqa: E402
+from transformer_lab.cli import FINETUNE_DEFAULTS  # noqa: E402
 from transformer_lab.gpt_training import load_gpt  # noqa: E402
 
 LOG = ROOT / "benchmarks" / "results" / "finetune.jsonl"
@@ -56,30 +57,14 @@ HACK_LOG = ROOT / "benchmarks" / "results" / "finetune-hacking.jsonl"
 ASSETS = ROOT / "transformer_lab" / "assets"
 BASE = ASSETS / "gpt_tang.pt"
 
-#: Every stage's settings (the CLI's defaults are the same: `transformer-lab sft` / `rl`).
+#: Every stage's settings: the command line's recipes (`transformer-lab sft` / `rl`), and the benchmark's own.
 SETTINGS = {
     "heads": 500,
     "temperature": 0.8,
-    "sft": {"steps": 250, "batch_size": 32, "lr": 2e-3, "warmup": 20},
-    "lora": {
-        "steps": 250,
-        "batch_size": 32,
-        "lr": 4e-3,
-        "warmup": 20,
-        "rank": 8,
-        "alpha": 16.0,
-        "targets": ["w_q", "w_k", "w_v", "w_o", "w1", "w2"],
-    },
+    "sft": FINETUNE_DEFAULTS["sft"],
+    "lora": FINETUNE_DEFAULTS["lora"],
     "rejection": {"prompts": 400, "samples": 4, "steps": 80, "batch_size": 32, "lr": 5e-4, "warmup": 10},
-    "rl": {
-        "steps": 50,
-        "prompts_per_step": 16,
-        "group_size": 8,
-        "lr": 3e-4,
-        "temperature": 1.0,
-        "eval_every": 25,
-        "eval_heads": 100,
-    },
+    "rl": {**FINETUNE_DEFAULTS["rl"], "eval_every": 25, "eval_heads": 100},
 }
 SAMPLES = 8
 
