@@ -38,19 +38,11 @@ pytestmark = pytest.mark.slow
 
 def clean_copy(target: Path) -> Path:
     """The files of the checkout that git tracks or would track (untracked ones not ignored), as a fresh clone
-    with the working tree's changes would have them."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT,
-        capture_output=True,
-        check=True,
-    ).stdout.decode("utf-8")
-    for name in filter(None, listed.split("\0")):
-        source = ROOT / name
-        if source.is_file():
-            (target / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, target / name)
-    return target
+    with the working tree's changes would have them (tools/hosted_check.py builds its wheel from the same)."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import hosted_check
+
+    return hosted_check.tracked_copy(target)
 
 
 def free_port() -> int:
