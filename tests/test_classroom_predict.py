@@ -79,6 +79,12 @@ def test_the_grade_leaves_the_predict_exercises_out_when_the_class_says_so(tmp_p
 def test_a_wrong_choice_names_the_argument(tmp_path, capsys):
     with pytest.raises(ValueError, match="predict: expected one of"):
         classroom.set_predict(tmp_path, "drop")
+    with pytest.raises(ValueError, match="predict: expected one of"):
+        classroom.grade_folder(tmp_path / "subs", tmp_path / "course", predict="leave out")  # before anything runs
     with pytest.raises(SystemExit):
         classroom.main(["--course-dir", str(tmp_path), "report", "--predict", "drop"])
     assert "--predict: invalid choice" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        classroom.main(["--course-dir", str(tmp_path), "grade", str(tmp_path), "--predict", "none"])
+    assert "--predict: invalid choice" in capsys.readouterr().err
+    assert not (tmp_path / classroom.CLASS_FILE).exists()  # nothing kept of a refused choice
