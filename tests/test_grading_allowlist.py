@@ -34,6 +34,10 @@ UNDO_ATTACKS = {
         "from torch.utils._python_dispatch import _pop_mode\n"
         "def softmax_rows(x):\n    _pop_mode()\n    return torch.ops.aten._softmax(x, -1, False)\n"
     ),
+    # flagged because the function mode refuses `_softmax` before the record is pushed back, so the case ends without
+    # its record; popping the record and pushing it back around an operator the function mode lets through is NOT
+    # seen by the canary (the runner's docstring says so): only the static check, which refuses the private names
+    # it needs, stops that
     "pop_and_push_back": (
         "from torch.utils._python_dispatch import _pop_mode, _push_mode\n"
         "def softmax_rows(x):\n    record = _pop_mode()\n    y = torch.ops.aten._softmax(x, -1, False)\n"

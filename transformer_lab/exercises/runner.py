@@ -32,6 +32,11 @@ generic elementwise, reduction, shape and indexing operators, plus those the exe
 in operators.json by tools/allowed_operators.py); a case outside it, undone or reached from inside gets no credit,
 and the operator or the event is named in the feedback.
 
+What this does not stop: code that has full Python in the child (past the static check, which runs first, in the
+grader) can pop the record and push it back around an operator (the canary is then in place), or write forged lines
+to the pipe. Reaching either needs private names (`torch.utils._python_dispatch`, `torch._C`) or the garbage
+collector, which the static check refuses before anything runs.
+
 Protocol (length-prefixed frames; every frame is `torch.save` data read with `weights_only=True`):
 stdin carries requests; stdout carries `(status, result bytes)` answers; nothing else is written to stdout.
 """
