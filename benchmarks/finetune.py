@@ -3,6 +3,7 @@
     python benchmarks/finetune.py run --seed 0            # stages (a)-(e) and (c') for one seed (about 5 CPU minutes)
     python benchmarks/finetune.py run --seed 0 --write    # ... and ship its checkpoints and log (seed 0's)
     python benchmarks/finetune.py hack --seed 0           # the reward-hacking run: RL on the rhyme alone, then mended
+    python benchmarks/finetune.py hack --kl 0.1           # the mended reward with a KL penalty to the SFT model
     python benchmarks/finetune.py table                   # the rates' table of the log: mean and spread over seeds
     python benchmarks/finetune.py ship                    # the log -> transformer_lab/assets/finetune_log.json
 
@@ -346,16 +347,23 @@ def run(seed: int, write: bool, log_path: Path) -> None:
     print(f"[seed {seed}] total CPU {time.process_time():.0f} s")
 
 
-def hack(seed: int, log_path: Path) -> None:
-    """RL from seed `seed`'s SFT model (finetune_sft.pt) on the rhyme alone, then on the mended reward."""
+def hack(seed: int, log_path: Path, kl_coef: float = 0.0) -> None:
+    """RL from seed `seed`'s SFT model (finetune_sft.pt) on the rhyme alone, then on the mended reward (the
+    same run as stage (e)'s of that seed); with `kl_coef` > 0 only the mended reward with a KL penalty to the
+    SFT model."""
+    import copy
+
     torch.set_num_threads(1)
     s = setup()
     c = SETTINGS["rl"]
-    for name, reward in (
-        ("rhyme_only", ft.rhyme_reward),
-        ("mended", lambda text, heads: ft.poem_reward(text, heads, True)),
-    ):
+    runs = (
+        [("rhyme_only", ft.rhyme_reward), ("mended", lambda text, heads: ft.poem_reward(text, heads, True))]
+        if not kl_coef
+        else [(f"mended_kl{kl_coef:g}", lambda text, heads: ft.poem_reward(text, heads, True))]
+    )
+    for name, reward in runs:
         model, tok, fmt = ft.load_sft(ASSETS / "finetune_sft.pt")
+        reference = copy.deepcopy(model) if kl_coef else None
         point = curve(s, fmt, seed)
 
         hist = ft.rl(
@@ -369,6 +377,8 @@ def hack(seed: int, log_path: Path) -> None:
             group_size=c["group_size"],
             lr=c["lr"],
             seed=seed,
+            kl_coef=kl_coef,
+            reference=reference,
             evaluate=point,
             eval_every=c["eval_every"],
             log=print,
@@ -405,7 +415,7 @@ def table(log_path: Path) -> str:
     seeds in %, and the CPU seconds (mean)."""
     rows = [json.loads(line) for line in open(log_path, encoding="utf-8") if line.strip()]
     stages = [s for s in STAGE_NAMES if any(r["stage"] == s for r in rows)]
-    keys = ("form", "acrostic", "rhyme", "all", "distinct", "copied")
+    keys = ("form", "acrostic", "rhyme", "all", "distinct", "copied", "last_chars")
     lines = []
     for heads in ("held_out", "random"):
         seeds = sorted({r["seed"] for r in rows})
@@ -463,12 +473,13 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--write", action="store_true", help="ship the checkpoints and the log (seed 0)")
     parser.add_argument("--log", default=None)
+    parser.add_argument("--kl", type=float, default=0.0, help="hack: only the mended reward, with this KL penalty")
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     if args.command == "run":
         run(args.seed, args.write, Path(args.log) if args.log else LOG)
     elif args.command == "hack":
-        hack(args.seed, Path(args.log) if args.log else HACK_LOG)
+        hack(args.seed, Path(args.log) if args.log else HACK_LOG, args.kl)
     elif args.command == "ship":
         ship()
     else:

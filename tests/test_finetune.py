@@ -1058,3 +1058,31 @@ def test_common_heads_are_four_different_common_line_initials() -> None:
     heads = ft.common_heads(poems, 20, seed=1, top=4)
     assert len(heads) == 20 and all(len(set(h)) == 4 and set(h) == set("春夏秋冬") for h in heads)
     assert heads == ft.common_heads(poems, 20, seed=1, top=4)
+
+
+# ---------------------------------------------------------------- the shipped models of chapter 13
+
+
+def test_shipped_models_load_with_their_format_in_float16_under_8_mb() -> None:
+    import json
+    from pathlib import Path
+
+    from transformer_lab.gpt_training import load_gpt
+
+    assets = Path(ft.__file__).resolve().parent / "assets"
+    for name in ("finetune_sft.pt", "finetune_rl.pt", "finetune_lora.pt"):
+        assert (assets / name).stat().st_size <= 8 * 2**20, name
+    for name in ("finetune_sft.pt", "finetune_rl.pt"):
+        raw = torch.load(assets / name, weights_only=True)
+        assert {v.dtype for v in raw["state_dict"].values() if v.is_floating_point()} == {torch.float16}
+        model, tokenizer, fmt = ft.load_sft(assets / name)
+        assert fmt.base_vocab == tokenizer.vocab_size == model.config.vocab_size - 3
+    base, _ = load_gpt(assets / "gpt_tang.pt")
+    model = ft.load_lora(ft.add_special_tokens(base), assets / "finetune_lora.pt")  # its base's fingerprint
+    trainable = sum(p.numel() for p in ft.lora_parameters(model)) + 3 * model.config.d_model
+    log = json.loads((assets / "finetune_log.json").read_text("utf-8"))
+    assert log["summary"]["d_lora"]["trainable"] == trainable
+    assert trainable < 0.1 * sum(p.numel() for p in base.parameters())  # the bound for LoRA
+    assert log["summary"]["c_sft"]["trainable"] == sum(p.numel() for p in ft.add_special_tokens(base).parameters())
+    assert sorted({r["seed"] for r in log["runs"]}) == [0, 1, 2]
+    assert {r["stage"] for r in log["runs"]} == set(log["summary"])

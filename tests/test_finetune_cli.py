@@ -4,7 +4,6 @@ one clear sentence for each kind of bad input."""
 from __future__ import annotations
 
 import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,6 @@ import torch
 from transformer_lab import cli
 from transformer_lab import finetune as ft
 
-ROOT = Path(__file__).resolve().parents[1]
 BASE = str(cli.FINETUNE_CHECKPOINTS["base"])
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("pypinyin") is None, reason="needs pypinyin")
 
@@ -91,15 +89,15 @@ def test_sft_and_rl_refuse_bad_options(trained: dict[str, Path], tmp_path: Path)
     assert "already fine-tuned" in fail_message(["sft", "--base", str(trained["sft"]), "--out", str(tmp_path / "x")])
 
 
-def test_cli_recipes_are_the_benchmarks() -> None:
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        spec = importlib.util.spec_from_file_location("finetune_bench", ROOT / "benchmarks" / "finetune.py")
-        bench = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(bench)
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+def test_shipped_log_was_made_with_the_cli_recipes() -> None:
+    import json
+
+    log = json.loads((cli.ASSETS / "finetune_log.json").read_text("utf-8"))
     for stage in ("sft", "lora"):
-        assert bench.SETTINGS[stage] == cli.FINETUNE_DEFAULTS[stage]
-    rl = {k: bench.SETTINGS["rl"][k] for k in cli.FINETUNE_DEFAULTS["rl"]}
+        assert log["settings"][stage] == cli.FINETUNE_DEFAULTS[stage]
+    rl = {k: log["settings"]["rl"][k] for k in cli.FINETUNE_DEFAULTS["rl"]}
     assert rl == cli.FINETUNE_DEFAULTS["rl"]
+    sft = torch.load(cli.FINETUNE_CHECKPOINTS["sft"], weights_only=True)
+    assert {k: sft["settings"][k] for k in ("steps", "batch_size", "lr")} == {
+        k: cli.FINETUNE_DEFAULTS["sft"][k] for k in ("steps", "batch_size", "lr")
+    }
