@@ -6,6 +6,7 @@
     python benchmarks/finetune.py hack --kl 0.1           # the mended reward with a KL penalty to the SFT model
     python benchmarks/finetune.py table                   # the rates' table of the log: mean and spread over seeds
     python benchmarks/finetune.py ship                    # the log -> transformer_lab/assets/finetune_log.json
+    python benchmarks/finetune.py curve --steps 1000      # a longer SFT (--lora: LoRA), rates every 250 steps
 
 Base: `transformer_lab/assets/gpt_tang.pt` (chapter 10's, 1.53 M parameters), grown by the three format tokens
 (`tl.finetune.add_special_tokens`). Every stage is measured the same way on two sets of 500 heads: heads of
@@ -433,6 +434,54 @@ def table(log_path: Path) -> str:
     return "\n".join(lines)
 
 
+def sft_curve(seed: int, steps: int, every: int, lora: bool, log_path: Path) -> None:
+    """A longer SFT run (all weights, or LoRA) with the rates on the 500 held-out heads every `every` steps: how
+    far the recipe's 250 steps are from the targets. One line per evaluation is appended as it comes."""
+    torch.set_num_threads(1)
+    s = setup()
+    tok = s["tokenizer"]
+    fmt = ft.SFTFormat(tok.vocab_size)
+    train = ft.encode_examples(s["splits"]["train"], fmt, tok)
+    valid = ft.encode_examples(s["splits"]["validation"], fmt, tok)
+    torch.manual_seed(seed)
+    model = ft.add_special_tokens(s["base"])
+    c = SETTINGS["lora" if lora else "sft"]
+    if lora:
+        ft.apply_lora(model, c["targets"], rank=c["rank"], alpha=c["alpha"])
+
+    def point(m, step: int) -> dict:
+        result = ft.evaluate_poems(
+            m, fmt, tok, s["heads"]["held_out"], s["training_lines"], temperature=SETTINGS["temperature"], seed=seed
+        )
+        result.pop("texts")
+        line = {
+            "run": "lora" if lora else "sft",
+            "seed": seed,
+            "steps": steps,
+            "step": step,
+            "cpu_seconds": round(time.process_time(), 1),
+            "held_out": result,
+        }
+        with open(log_path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(line, ensure_ascii=False) + "\n")
+        print(line, flush=True)
+        return result
+
+    ft.sft(
+        model,
+        train,
+        valid,
+        steps=steps,
+        batch_size=c["batch_size"],
+        lr=c["lr"],
+        warmup=c["warmup"],
+        seed=seed,
+        eval_every=every,
+        new_rows=3 if lora else 0,
+        evaluate=point,
+    )
+
+
 def summary(rows: list[dict]) -> dict:
     """Per stage and head set: each measure's mean, spread (max - min) and values over the seeds; CPU seconds."""
     out: dict = {}
@@ -469,10 +518,13 @@ def ship() -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("command", choices=("run", "hack", "table", "ship"))
+    parser.add_argument("command", choices=("run", "hack", "table", "ship", "curve"))
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--write", action="store_true", help="ship the checkpoints and the log (seed 0)")
     parser.add_argument("--log", default=None)
+    parser.add_argument("--steps", type=int, default=1000, help="curve: SFT steps")
+    parser.add_argument("--every", type=int, default=250, help="curve: steps between evaluations")
+    parser.add_argument("--lora", action="store_true", help="curve: LoRA instead of all weights")
     parser.add_argument("--kl", type=float, default=0.0, help="hack: only the mended reward, with this KL penalty")
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -480,6 +532,9 @@ def main() -> None:
         run(args.seed, args.write, Path(args.log) if args.log else LOG)
     elif args.command == "hack":
         hack(args.seed, Path(args.log) if args.log else HACK_LOG, args.kl)
+    elif args.command == "curve":
+        log = Path(args.log) if args.log else ROOT / "benchmarks" / "results" / "finetune-sft-curve.jsonl"
+        sft_curve(args.seed, args.steps, args.every, args.lora, log)
     elif args.command == "ship":
         ship()
     else:

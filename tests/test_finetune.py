@@ -927,8 +927,19 @@ def test_sft_lowers_the_loss_and_leaves_the_model_in_eval_mode() -> None:
     model, tokenizer, fmt = tiny_poem_model()
     data = ft.encode_examples([("藏头春夏秋冬", POEM), ("续写春山水风月", POEM[6:])], fmt, tokenizer)
     before = ft.sft_validation_loss(model, data)
-    history = ft.sft(model, data, data, steps=40, batch_size=4, lr=1e-2, warmup=2, eval_every=20)
+    history = ft.sft(
+        model,
+        data,
+        data,
+        steps=40,
+        batch_size=4,
+        lr=1e-2,
+        warmup=2,
+        eval_every=20,
+        evaluate=lambda m, step: (step, m.training),
+    )
     assert history["eval_step"] == [20, 40] and len(history["loss"]) == 40
+    assert history["eval"] == [(20, False), (40, False)]  # called at each validation step, in eval mode
     assert history["val_loss"][-1] < 0.5 * before
     assert not model.training
     assert history["seconds"][0] > 0

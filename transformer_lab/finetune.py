@@ -1434,6 +1434,7 @@ def sft(
     new_rows: int = 0,
     seed: int = 0,
     log: Any = None,
+    evaluate: Any = None,
 ) -> dict[str, list[float]]:
     """Supervised fine-tuning (chapter 13): `steps` steps of the masked response loss (`response_loss`) on
     batches drawn at random from `train`, with the course's AdamW (`tl.gpt_training.make_adamw`, fused where
@@ -1452,10 +1453,12 @@ def sft(
             would move the frozen rows).
         seed: draws the batches (a `torch.Generator`), not the model.
         log: called with a progress line now and then (e.g. print), or None.
+        evaluate: called as evaluate(model, step) at each validation step (the model in eval mode), its results
+            kept in the history's "eval" (e.g. the poems' rates: the curve of a run), or None.
 
     Returns:
-        the history: "step" and "loss" (every step), "eval_step" and "val_loss", "seconds" (CPU time,
-        `time.process_time`, of the whole run).
+        the history: "step" and "loss" (every step), "eval_step" and "val_loss", "eval" (evaluate's results),
+        "seconds" (CPU time, `time.process_time`, of the whole run, evaluations included).
     """
     import time
 
@@ -1486,7 +1489,7 @@ def sft(
         raise ValueError("model has no parameter that requires a gradient: nothing to train")
     optimizer = make_adamw(model, lr, weight_decay)
     generator = torch.Generator().manual_seed(seed)
-    history: dict[str, list[float]] = {"step": [], "loss": [], "eval_step": [], "val_loss": []}
+    history: dict[str, list] = {"step": [], "loss": [], "eval_step": [], "val_loss": [], "eval": []}
     model.train()
     try:
         for step in range(1, steps + 1):
@@ -1504,6 +1507,10 @@ def sft(
             if validation is not None and (step % eval_every == 0 or step == steps):
                 history["eval_step"].append(step)
                 history["val_loss"].append(sft_validation_loss(model, validation))
+                if evaluate is not None:
+                    model.eval()
+                    history["eval"].append(evaluate(model, step))
+                    model.train()
                 if log is not None:
                     log(f"sft step {step}/{steps}: loss {loss.item():.3f}, validation {history['val_loss'][-1]:.3f}")
     finally:
