@@ -457,8 +457,12 @@ def allowed_operators(key: str) -> frozenset[str] | None:
         path = pathlib.Path(__file__).with_name("operators.json")
         try:
             _ALLOWED["data"] = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            _ALLOWED["data"] = {}
+        except (OSError, ValueError) as error:
+            # never grade without the lists while believing they are checked: an install without them is broken
+            raise RuntimeError(
+                f"the exercises' operator allow-lists could not be read from {path} ({error}); reinstall the "
+                "course, or write them again with `python tools/allowed_operators.py` from a checkout"
+            ) from error
     data = _ALLOWED["data"]
     exercises = data.get("exercises", {})
     if key not in exercises:
