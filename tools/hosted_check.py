@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -225,7 +226,8 @@ def main(argv: list[str] | None = None) -> int:
             line = (result["setup_output"].splitlines() or [""])[0]
             problems = []
             if result.get("error"):
-                problems.append(result["error"].strip().splitlines()[-1][:300])
+                plain = re.sub(r"\x1b\[[0-9;]*m", "", result["error"])  # the traceback's colours
+                problems.append(plain.strip().splitlines()[-1][:300])
             if line != expected_line(wheel, torch):
                 problems.append(f"the setup cell printed {line!r}")
             if torch_fingerprint(python) != before:
