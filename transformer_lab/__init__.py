@@ -100,6 +100,7 @@ _SUBMODULES = (
     "hf",
     "muon",
     "optim",
+    "finetune",
     "bpe",
 )
 
