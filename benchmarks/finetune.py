@@ -344,7 +344,7 @@ def run(seed: int, write: bool, log_path: Path) -> None:
 
     if write:
         ft.save_sft(rl_model, ASSETS / "finetune_rl.pt", tok, fmt, half=True, settings=SETTINGS["rl"])
-        ft.save_lora(lora_model, ASSETS / "finetune_lora.pt", new_rows=3, settings=SETTINGS["lora"])
+        ft.save_lora(lora_model, ASSETS / "finetune_lora.pt", new_rows=3, half=True, settings=SETTINGS["lora"])
     print(f"[seed {seed}] total CPU {time.process_time():.0f} s")
 
 

@@ -22,9 +22,9 @@ from transformer_lab import finetune as ft
 from transformer_lab import hf
 
 HAS_PEFT = all(importlib.util.find_spec(m) is not None for m in ("transformers", "peft"))
-PEFT_REASON = "transformers and peft are not installed (pip install -r requirements-test.txt)"
+PEFT_REASON = "transformers and peft are not installed (pip install -r requirements.txt)"
 HAS_PYPINYIN = importlib.util.find_spec("pypinyin") is not None
-PYPINYIN_REASON = "pypinyin is not installed (pip install -r requirements-test.txt)"
+PYPINYIN_REASON = "pypinyin is not installed (pip install -r requirements.txt)"
 # PEFT calls a transformers method that transformers 5 deprecates; not ours to fix.
 pytestmark = pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated:FutureWarning")
 V, LENGTH = 61, 24
@@ -992,6 +992,44 @@ def test_lora_adapter_with_new_rows_round_trips(tmp_path) -> None:  # noqa: ANN0
         ft.load_lora(copy.deepcopy(base), tmp_path / "b.pt")
 
 
+def test_lora_adapter_in_float16_loads_as_float32(tmp_path) -> None:  # noqa: ANN001
+    model, tokenizer, fmt = tiny_poem_model()
+    base = copy.deepcopy(model)
+    ft.apply_lora(model, ["w_q", "w1"], rank=2, alpha=4.0)
+    data = ft.encode_examples([("藏头春夏秋冬", POEM)], fmt, tokenizer)
+    ft.sft(model, data, steps=3, batch_size=2, lr=1e-2, warmup=1, new_rows=3)
+    ft.save_lora(model, tmp_path / "half.pt", new_rows=3, half=True)
+    raw = torch.load(tmp_path / "half.pt", weights_only=True)
+    stored = [t for layer in raw["layers"].values() for t in (layer["A"], layer["B"])] + [raw["token_rows"]]
+    assert {t.dtype for t in stored} == {torch.float16}
+    loaded = ft.load_lora(copy.deepcopy(base), tmp_path / "half.pt")
+    for name, module in ft.lora_modules(loaded).items():
+        mine = ft.lora_modules(model)[name]
+        assert module.lora_A.dtype == torch.float32
+        assert torch.equal(module.lora_A, mine.lora_A.detach().half().float())
+        assert torch.equal(module.lora_B, mine.lora_B.detach().half().float())
+    assert torch.equal(loaded.token_embedding.weight[-3:], model.token_embedding.weight[-3:].detach().half().float())
+    with pytest.raises(TypeError, match="half must be True or False"):
+        ft.save_lora(model, tmp_path / "x.pt", half=1)
+
+
+def test_load_lora_refuses_unreadable_and_incomplete_files_in_one_sentence(tmp_path) -> None:  # noqa: ANN001
+    model, _, _ = tiny_poem_model()
+    (tmp_path / "text.pt").write_text("not a checkpoint", encoding="utf-8")
+    with pytest.raises(ValueError, match="LoRA checkpoint"):
+        ft.load_lora(copy.deepcopy(model), tmp_path / "text.pt")
+    with pytest.raises(FileNotFoundError, match="no LoRA checkpoint"):
+        ft.load_lora(copy.deepcopy(model), tmp_path / "none.pt")
+    with pytest.raises(ValueError, match="is a folder"):
+        ft.load_lora(copy.deepcopy(model), tmp_path)
+    torch.save({"kind": ft.LORA_KIND}, tmp_path / "empty.pt")
+    with pytest.raises(ValueError, match="not a complete LoRA checkpoint"):
+        ft.load_lora(copy.deepcopy(model), tmp_path / "empty.pt")
+    torch.save({"kind": ft.LORA_KIND, "base_fingerprint": "0", "layers": {"w_q": {"rank": 2}}}, tmp_path / "bad.pt")
+    with pytest.raises(ValueError, match="not a complete LoRA checkpoint"):
+        ft.load_lora(copy.deepcopy(model), tmp_path / "bad.pt")
+
+
 def test_rl_raises_a_simple_reward() -> None:
     model, tokenizer, fmt = tiny_poem_model()
 
@@ -1088,8 +1126,12 @@ def test_shipped_models_load_with_their_format_in_float16_under_8_mb() -> None:
         assert {v.dtype for v in raw["state_dict"].values() if v.is_floating_point()} == {torch.float16}
         model, tokenizer, fmt = ft.load_sft(assets / name)
         assert fmt.base_vocab == tokenizer.vocab_size == model.config.vocab_size - 3
+    adapter = torch.load(assets / "finetune_lora.pt", weights_only=True)
+    stored = [t for layer in adapter["layers"].values() for t in (layer["A"], layer["B"])] + [adapter["token_rows"]]
+    assert {t.dtype for t in stored} == {torch.float16}
     base, _ = load_gpt(assets / "gpt_tang.pt")
     model = ft.load_lora(ft.add_special_tokens(base), assets / "finetune_lora.pt")  # its base's fingerprint
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
     trainable = sum(p.numel() for p in ft.lora_parameters(model)) + 3 * model.config.d_model
     log = json.loads((assets / "finetune_log.json").read_text("utf-8"))
     assert log["summary"]["d_lora"]["trainable"] == trainable

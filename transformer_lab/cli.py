@@ -936,13 +936,8 @@ def _sft_command(args: argparse.Namespace) -> int:
         log=print,
     )
     settings = {"steps": args.steps, "batch_size": args.batch_size, "lr": lr, "seed": args.seed}
-    if args.lora_rank:
-        with torch.no_grad():  # float16, as shipped
-            for module in ft.lora_modules(model).values():
-                module.lora_A.copy_(module.lora_A.half().float())
-                module.lora_B.copy_(module.lora_B.half().float())
-            model.token_embedding.weight[-3:] = model.token_embedding.weight[-3:].half().float()
-        ft.save_lora(model, args.out, new_rows=3, settings={**settings, "rank": args.lora_rank})
+    if args.lora_rank:  # float16, as shipped
+        ft.save_lora(model, args.out, new_rows=3, half=True, settings={**settings, "rank": args.lora_rank})
     else:
         ft.save_sft(model, args.out, tokenizer, fmt, half=True, settings=settings)
     print(f"wrote {args.out}: validation loss {history['val_loss'][-1]:.3f}, {history['seconds'][0]:.0f} s of CPU")

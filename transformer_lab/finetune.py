@@ -708,33 +708,39 @@ def base_fingerprint(model: nn.Module, skip_rows: int = 0) -> str:
     return digest.hexdigest()
 
 
-def save_lora(model: nn.Module, path: str | os.PathLike[str], new_rows: int = 0, **extra: Any) -> None:
+def save_lora(
+    model: nn.Module, path: str | os.PathLike[str], new_rows: int = 0, *, half: bool = False, **extra: Any
+) -> None:
     """Write only a model's LoRA layers: their names, rank, alpha, dropout, A and B, and the fingerprint of
     the base they were trained on (`base_fingerprint`), a few kilobytes instead of the whole model. The layers
     must not be merged (the base would then hold the update).
 
     `new_rows`: also store the last `new_rows` rows of the token embedding, the added tokens' rows that a LoRA
     run trained beside A and B (`sft(..., new_rows=3)`, as PEFT's `trainable_token_indices` does); the
-    fingerprint then leaves them out, and `load_lora` puts them back."""
-    from transformer_lab._checks import check_plain_data
+    fingerprint then leaves them out, and `load_lora` puts them back.
+
+    `half`: store A, B and the token rows in float16 (`load_lora` copies them into the model's float32)."""
+    from transformer_lab._checks import check_bool, check_plain_data
 
     modules = _lora_or_error(model)
     if any(m.merged for m in modules.values()):
         raise ValueError("the LoRA layers are merged: unmerge_lora(model) before save_lora (the base must be clean)")
     if isinstance(new_rows, bool) or not isinstance(new_rows, int) or new_rows < 0:
         raise ValueError(f"new_rows must be an int >= 0 (the added tokens' rows to store), got {new_rows!r}")
+    check_bool("half", half)
+    dtype = torch.float16 if half else None
     for key, value in extra.items():
         if key in ("kind", "layers", "base_fingerprint", "token_rows"):
             raise ValueError(f"extra data may not be called {key!r}: the checkpoint uses that key itself")
         check_plain_data(key, value)
     layers = {
-        name: {"rank": m.rank, "alpha": m.alpha, "dropout": m.lora_dropout.p, "A": m.lora_A.detach().cpu(),
-               "B": m.lora_B.detach().cpu()}
+        name: {"rank": m.rank, "alpha": m.alpha, "dropout": m.lora_dropout.p,
+               "A": m.lora_A.detach().cpu().to(dtype), "B": m.lora_B.detach().cpu().to(dtype)}
         for name, m in modules.items()
     }  # fmt: skip
     checkpoint = {"kind": LORA_KIND, "layers": layers, "base_fingerprint": base_fingerprint(model, new_rows), **extra}
     if new_rows:
-        checkpoint["token_rows"] = model.token_embedding.weight[-new_rows:].detach().cpu().clone()  # (new_rows, D)
+        checkpoint["token_rows"] = model.token_embedding.weight[-new_rows:].detach().cpu().to(dtype).clone()  # (rows, D)
     torch.save(checkpoint, path)
 
 
@@ -747,11 +753,27 @@ def load_lora(base: nn.Module, path: str | os.PathLike[str]) -> nn.Module:
             f"base must be the model the adapter was trained on (an nn.Module), got {type(base).__name__}: a LoRA "
             "checkpoint holds only A and B, not the model"
         )
-    if not isinstance(path, (str, os.PathLike)) or not os.path.isfile(path):
-        raise FileNotFoundError(f"no LoRA checkpoint at path {path!r}")
-    data = torch.load(path, map_location="cpu", weights_only=True)
+    from transformer_lab.gpt_training import read_checkpoint_file
+
+    data = read_checkpoint_file(path, "LoRA", "write it with tl.finetune.save_lora")
     if not isinstance(data, dict) or data.get("kind") != LORA_KIND:
         raise ValueError(f"{os.fspath(path)!r} is not a LoRA checkpoint (write one with save_lora)")
+    layers = data.get("layers")
+    if (
+        not isinstance(layers, dict)
+        or not isinstance(data.get("base_fingerprint"), str)
+        or not all(
+            isinstance(layer, dict)
+            and {"rank", "alpha", "dropout", "A", "B"} <= layer.keys()
+            and isinstance(layer["A"], Tensor)
+            and isinstance(layer["B"], Tensor)
+            for layer in layers.values()
+        )
+    ):
+        raise ValueError(
+            f"{os.fspath(path)!r} is not a complete LoRA checkpoint (it needs its layers' rank, alpha, dropout, A "
+            "and B, and the base's fingerprint): write it with save_lora"
+        )
     if lora_modules(base):
         raise ValueError("base already has LoRA layers: load the adapter on the plain base model")
     rows = data.get("token_rows")
@@ -766,7 +788,7 @@ def load_lora(base: nn.Module, path: str | os.PathLike[str]) -> nn.Module:
             f"{os.fspath(path)!r} was trained on another base model (its weights' fingerprint differs): load it on "
             "the base it was trained on"
         )
-    for name, layer in data["layers"].items():
+    for name, layer in layers.items():
         apply_lora(base, [name], rank=layer["rank"], alpha=layer["alpha"], dropout=layer["dropout"])
         module = lora_modules(base)[name]
         with torch.no_grad():
