@@ -14,9 +14,14 @@ from torch import nn
 from transformer_lab import finetune
 from transformer_lab.exercises import ch13_instruction as ex
 
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("pypinyin") is None, reason="pypinyin is not installed (pip install -r requirements.txt)"
-)
+from support import require
+
+
+@pytest.fixture(autouse=True)
+def _needs_pypinyin() -> None:
+    """The rewards read rhymes with pypinyin, a requirement of the package: skipped locally without it, a failure
+    under CI (support.require)."""
+    require(importlib.util.find_spec("pypinyin") is not None, "pypinyin is not installed (pip install -r requirements.txt)")
 
 
 def _feedback(exercise, answer, language: str = "en") -> str:  # noqa: ANN001
@@ -172,7 +177,7 @@ def test_an_honest_loop_over_groups_passes() -> None:
 # --- 5. the reward of a 藏头诗 ------------------------------------------------------------------------
 
 
-POEMS = [case.inputs() for case in ex.poem_reward.cases] + [
+POEMS = [case.inputs()[:2] for case in ex.poem_reward.cases] + [
     ("春眠不觉晓，处处闻啼鸟。夜来风雨声，花落知多少", "春处夜花"),  # the last mark missing
     ("", "春夏秋冬"),
     ("春眠不觉晓,处处闻啼鸟.夜来风雨声,花落知多少.", "春处夜花"),  # ASCII marks
@@ -187,10 +192,65 @@ def test_poem_reward_is_the_librarys(index: int) -> None:
 
 
 def test_the_cases_tell_the_rhyme_mistakes_apart() -> None:
-    checks = {case.name: finetune.poem_checks(*case.inputs()) for case in ex.poem_reward.cases}
+    checks = {case.name: finetune.poem_checks(*case.inputs()[:2]) for case in ex.poem_reward.cases}
     assert not checks["lines 1 and 3 rhyme, lines 2 and 4 do not"]["rhyme"]
     assert checks["lines 2 and 4 end in 楼 and 头 (one final, ou)"]["rhyme"]
     assert checks["《春晓》 with its own heads 春处夜花"]["all"]
+
+
+def _lookup_table():  # noqa: ANN202
+    """The answer a reviewer wrote: the visible cases' rewards, computed once with the library, looked up."""
+    table = {}
+    for case in ex.poem_reward.cases:
+        text, heads, _ = case.inputs()
+        table[text, heads] = finetune.poem_reward(text, heads)
+    return lambda text, heads: table[text, heads]
+
+
+def _counter():  # noqa: ANN202
+    """The visible cases' rewards handed out in the cases' order, whatever the poem."""
+    answers = iter([finetune.poem_reward(*case.inputs()[:2]) for case in ex.poem_reward.cases])
+    return lambda text, heads: next(answers)
+
+
+def _hidden_points(candidate, secret: int) -> int:  # noqa: ANN001
+    """How many of poem_reward's hidden cases `candidate` passes (as tests/test_classroom_class.py's fair grader)."""
+    from transformer_lab.exercises.core import compare
+    from transformer_lab.exercises.grading import hidden_inputs
+
+    passed = 0
+    for index, case in enumerate(ex.poem_reward.cases):
+        inputs = hidden_inputs(ex.poem_reward, index, secret)
+        try:
+            got = ex.poem_reward._run(candidate, *inputs)
+        except Exception:  # noqa: BLE001 - a lookup table meets keys it does not hold
+            continue
+        passed += compare(got, ex.poem_reward._run(ex.poem_reward.reference, *inputs), case.atol, case.rtol) is None
+    return passed
+
+
+@pytest.mark.parametrize("secret", [1, 2, 3, 12345])
+def test_a_table_of_the_visible_answers_fails_the_hidden_cases(secret: int) -> None:
+    cases = ex.poem_reward.cases
+    assert ex.poem_reward.run(_lookup_table()).passed and ex.poem_reward.run(_counter()).passed  # visible: they pass
+    from transformer_lab.exercises.grading import hidden_inputs
+
+    drawn = [ex._drawn_poem(*hidden_inputs(ex.poem_reward, i, secret)) for i in range(len(cases))]
+    assert all(poem != case.inputs()[:2] for poem, case in zip(drawn, cases, strict=True))  # every case moves
+    assert _hidden_points(_lookup_table(), secret) == 0
+    assert _hidden_points(_counter(), secret) < len(cases)
+    assert _hidden_points(finetune.poem_reward, secret) == len(cases)  # the library itself passes them all
+    assert all(ex._poem_reward_reference(*poem) == finetune.poem_reward(*poem) for poem in drawn)
+
+
+def test_hidden_poems_are_drawn_per_submission() -> None:
+    from transformer_lab.exercises.grading import hidden_inputs
+
+    def poems(secret: int) -> list[tuple[str, str]]:
+        return [ex._drawn_poem(*hidden_inputs(ex.poem_reward, i, secret)) for i in range(len(ex.poem_reward.cases))]
+
+    assert poems(7) == poems(7)  # a re-grade meets the same poems
+    assert all(a != b for a, b in zip(poems(7), poems(8), strict=True))
 
 
 def test_an_honest_reward_with_regular_expressions_passes() -> None:
@@ -208,7 +268,7 @@ def test_an_honest_reward_with_regular_expressions_passes() -> None:
             rhyme = a is not None and a == b
         return (int(form) + int(acrostic) + int(rhyme)) / 3
 
-    assert ex.poem_reward.run(honest).passed
+    assert ex.poem_reward.run(honest).passed and _hidden_points(honest, 5) == len(ex.poem_reward.cases)
 
 
 def test_comparing_exact_finals_and_rhyming_lines_one_and_three_are_named() -> None:

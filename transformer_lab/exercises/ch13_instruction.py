@@ -540,8 +540,59 @@ NO_RHYME_24 = "春风吹柳绿，夏雨打荷红。秋月照山曲，冬雪落�
 LOU_TOU = "江上一孤舟，风吹过小楼。山中无客至，月色上枝头。"
 
 
+#: characters a hidden case draws its poem's inner characters, heads and line-4 ending from (each has a class)
+_DRAWN = "山水风月花春秋天日云雨江人不一来无中有时何上下明清白青长高深远孤城门前归去夜寒烟草木树林鸟声落叶光色石松竹岸舟"
+#: the visible cases' draw: with these very numbers the poem is the case's own; a graded class's hidden case
+#: moves them ("noise", seeded by the submission's secret) and so draws another poem
+_VISIBLE_DRAW = (0.25, 0.5, 0.75)
+
+
 def _poem_case(name: str, text: str, heads: str) -> Case:
-    return Case(name, lambda: (text, heads), atol=1e-12, rtol=0, hidden="same")
+    return Case(name, lambda: (text, heads, torch.tensor(_VISIBLE_DRAW, dtype=torch.float64)), atol=1e-12, rtol=0)
+
+
+def _drawn_poem(text: str, heads: str, draw: Tensor) -> tuple[str, str]:
+    """The poem and heads a case asks about: its own for the visible draw; for a hidden case's (moved) draw,
+    another of the same shape. Its inner characters and heads are drawn afresh (a head that matched still
+    matches, one that did not still does not), and two times in three one change that can flip a check:
+    another head asked for, another last character on line 4, or the marks after lines 1 and 2 swapped. So a
+    table of the visible cases' answers is worth nothing in grading."""
+    import hashlib
+    import random
+    import re
+
+    values = tuple(float(v) for v in draw.tolist())  # plain floats: no tensor operator runs on the draw
+    if values == _VISIBLE_DRAW:
+        return text, heads
+    rng = random.Random(hashlib.sha256(repr(values).encode()).digest())
+    segments = re.split("([，。])", text)  # pieces at even indices, marks at odd ones
+    pieces = [list(segments[k]) for k in range(0, len(segments), 2)]
+    new_heads = list(heads)
+    for i in range(len(heads)):
+        fresh = rng.choice(_DRAWN)
+        piece = pieces[i] if i < len(pieces) else []
+        if piece and piece[0] == heads[i]:
+            piece[0] = new_heads[i] = fresh  # asked for and given: still given
+        else:
+            new_heads[i] = rng.choice([c for c in _DRAWN if not piece or c != piece[0]])  # still not given
+    for piece in pieces:
+        for j in range(1, len(piece) - 1):  # the inner characters: neither a head nor a rhyme
+            if "\u4e00" <= piece[j] <= "\u9fff":
+                piece[j] = rng.choice(_DRAWN)
+    change = rng.randrange(3) if rng.random() < 2 / 3 else None
+    if change == 0:
+        new_heads[rng.randrange(len(new_heads))] = rng.choice(_DRAWN)
+    elif change == 1 and len(pieces) > 3 and pieces[3]:
+        pieces[3][-1] = rng.choice(_DRAWN)
+    elif change == 2 and len(segments) > 3:
+        segments[1], segments[3] = segments[3], segments[1]
+    for k, piece in zip(range(0, len(segments), 2), pieces, strict=True):
+        segments[k] = "".join(piece)
+    return "".join(segments), "".join(new_heads)
+
+
+def _poem_run(candidate, text, heads, draw):  # noqa: ANN001, ANN202
+    return (candidate(*_drawn_poem(text, heads, draw)),)  # a 1-tuple, so that the feedback names the reward
 
 
 poem_reward = Exercise(
@@ -616,6 +667,6 @@ poem_reward = Exercise(
         finetune.poem_rates,
     ],
     shortcuts=[_reward_with_library],
-    run=_one_output,
+    run=_poem_run,
     output_names=["your reward"],
 )
