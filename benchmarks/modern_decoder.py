@@ -2,6 +2,8 @@
 
     python benchmarks/modern_decoder.py ablation              # every variant x 3 seeds, two at a time (CPU-hours)
     python benchmarks/modern_decoder.py ablation --jobs 1     # one at a time, on a quiet machine
+    python benchmarks/modern_decoder.py ablation --budget equal-steps --variants "full modern" "+ Muon"
+                                                              # the equal-steps column: 1400 steps each (CPU-hours)
     python benchmarks/modern_decoder.py table                 # the table of the log (mean, spread, verdict)
     python benchmarks/modern_decoder.py headline              # chapter 10 against the full modern model (minutes)
 
@@ -17,9 +19,15 @@ already in the log with the same settings is not repeated). `--clock cpu` counts
 the wall clock: on one thread the two agree on a quiet machine (each line records both), and CPU time stays fair
 when other programs share the cores.
 
+**ablation --budget equal-steps**: the variants whose step cost (the costs file) differs from chapter 10's by more
+than 3 %, each trained for chapter 10's 1400 steps whatever a step costs, into their own log
+(`transformer_lab/assets/modern_ablation_steps.jsonl`), every seed of one variant before the next: quality per step,
+apart from the cost of a step.
+
 **table**: per variant the mean final validation loss over the seeds, the spread (max - min), the mean steps,
 and the change against its reference (chapter 10 for "+", the full model for "-"); a change counts as helping
-only when its gain exceeds the larger of the two seed spreads. Writes `benchmarks/results/modern-ablation.md`.
+only when its gain exceeds the larger of the two seed spreads. Writes `benchmarks/results/modern-ablation.md`, with the
+equal-steps column's table after it where that log has runs.
 
 **headline**: one process, one thread: chapter 10's recipe (its 1400 steps, evaluated every 100), then the full
 modern model with its own recipe given half of that training time, then given all of it. Prints the time the
@@ -500,11 +508,51 @@ def summarise(args: argparse.Namespace) -> int:
             f"| {name} | {r['n']} | {r['mean']:.4f} | {r['spread']:.4f} | {r['steps']:.0f} | {r['seconds']:.1f} "
             f"| {gain} | {verdict} |"
         )
+    out += _equal_steps_table(lines)
     text = "\n".join(out) + "\n"
     print(text)
     if not args.no_write:
         TABLE.write_text(text, encoding="utf-8")
     return 0
+
+
+def _equal_steps_table(lines: list[dict[str, Any]]) -> list[str]:
+    """The equal-steps column (`STEPS_LOG`), where it has runs: each variant there at chapter 10's 1400 steps beside
+    its equal-time row, and the variants whose step cost differs by more than 3 % that were not run."""
+    steps_runs = _read_log(STEPS_LOG)
+    if not steps_runs or not any(line["variant"] == "chapter 10" for line in lines):
+        return []
+    timed = ablation_summary(lines)
+    rows = ablation_summary([line for line in lines if line["variant"] == "chapter 10"] + steps_runs)
+    cost = {line["variant"]: line["step_cost_ms"] for line in lines if "step_cost_ms" in line}
+    reference = cost["chapter 10"]
+    differs = [name for name in cost if abs(cost[name] / reference - 1) > EQUAL_STEPS_GAP]
+    out = [
+        "",
+        "## The equal-steps column",
+        "",
+        f"The variants whose step cost differs from chapter 10's by more than {EQUAL_STEPS_GAP:.0%}, trained for "
+        f"chapter 10's {CHAPTER_10['steps']} steps (`ablation --budget equal-steps`, log: `{_shown(STEPS_LOG)}`): "
+        "quality per step, apart from the cost of a step. Gain and verdict as above, against chapter 10's own "
+        f"{CHAPTER_10['steps']}-step runs for '+ X' and 'full modern', against 'full modern' at equal steps for the "
+        "others.",
+        "",
+        "| variant | step cost / chapter 10's | equal time: loss (steps) | equal steps: seeds | loss (mean) | spread "
+        "| gain | verdict |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for name in differs:
+        if name in rows:
+            r, t = rows[name], timed[name]
+            gain = "" if "gain" not in r else f"{r['gain']:+.4f}"
+            out.append(
+                f"| {name} | {cost[name] / reference:.2f} | {t['mean']:.4f} ({t['steps']:.0f}) | {r['n']} "
+                f"| {r['mean']:.4f} | {r['spread']:.4f} | {gain} | {r.get('verdict', '')} |"
+            )
+    left = [name for name in differs if name not in rows]
+    if left:
+        out += ["", f"Not run at equal steps ({len(left)} variants): " + ", ".join(left) + "."]
+    return out
 
 
 # ---------------------------------------------------------------- headline
