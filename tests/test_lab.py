@@ -240,3 +240,13 @@ def test_a_deleted_chapter_00_does_not_hide_what_was_kept(tmp_path, jupyter, cap
     out = capsys.readouterr().out
     assert "never overwritten" in out and ": added" not in out
     assert "so it was kept as it is" in out and CHAPTERS[1].replace(".ipynb", ".updated.ipynb") in out
+
+
+def test_without_jupyterlab_it_says_how_to_install_the_lab_extra(tmp_path, monkeypatch, capsys):
+    """JupyterLab is the `[lab]` extra, not a dependency (a hosted runtime must keep its own kernel): without it the
+    command says in one sentence how to install it, after making the working copy."""
+    monkeypatch.setattr(workspace, "_is_root", lambda: False)
+    monkeypatch.setitem(sys.modules, "jupyterlab.labapp", None)  # `from jupyterlab.labapp import ...` fails
+    assert cli.main(["lab", "--dir", str(tmp_path / "c")]) == 2
+    err = one_sentence(capsys.readouterr().err)
+    assert "JupyterLab is not installed" in err and 'pip install "attention-transformer-course[lab]"' in err

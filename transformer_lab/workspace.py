@@ -335,7 +335,7 @@ def lab(args: argparse.Namespace, extra: Sequence[str] = ()) -> int:
     except ImportError:
         print(
             "transformer-lab lab: JupyterLab is not installed in this Python environment "
-            f"({sys.executable}); install the course with pip again (it brings JupyterLab).",
+            f'({sys.executable}); install it with: pip install "attention-transformer-course[lab]".',
             file=sys.stderr,
         )
         return 2
