@@ -891,6 +891,26 @@ def _checkpoint_kind(path: str) -> object:
     return data.get("kind") if isinstance(data, dict) else None
 
 
+def _require_characters(tokenizer: Any, option: str) -> None:
+    """Chapter 13's format and checks read one token per character: refuse a model with another tokenizer."""
+    if not isinstance(tokenizer, TextTokenizer):
+        _fail(
+            f"{option} uses a {type(tokenizer).__name__} tokenizer, but the 藏头诗 format needs one token per "
+            "character: pass a character-level Tang model such as gpt_tang.pt (the default)"
+        )
+
+
+def _require_vocabulary(tokenizer: TextTokenizer, texts: Sequence[str], option: str) -> None:
+    """Refuse a character model whose vocabulary lacks characters of the instructions or the poems."""
+    known = set(tokenizer.chars)
+    missing = sorted({c for text in texts for c in text} - known)
+    if missing:
+        _fail(
+            f"{option} has no token for {len(missing)} of the characters of the Tang poems and their instructions "
+            f"(e.g. {''.join(missing[:5])!r}): pass a model trained on the Tang corpus such as gpt_tang.pt (the default)"
+        )
+
+
 def _finetune_base(path: str) -> tuple[GPT, TextTokenizer]:
     from transformer_lab import finetune as ft
 
@@ -898,9 +918,11 @@ def _finetune_base(path: str) -> tuple[GPT, TextTokenizer]:
     if kind in (ft.SFT_KIND, ft.LORA_KIND):
         _fail(f"--base {path} is already fine-tuned ({kind}): give the base model, e.g. gpt_tang.pt")
     try:
-        return load_gpt(path)
+        model, tokenizer = load_gpt(path)
     except (FileNotFoundError, ValueError) as error:
         _fail(str(error))
+    _require_characters(tokenizer, f"--base {path}")
+    return model, tokenizer
 
 
 def _sft_command(args: argparse.Namespace) -> int:
@@ -909,10 +931,14 @@ def _sft_command(args: argparse.Namespace) -> int:
     _positive_options(args, ("steps", "batch_size", "threads"))
     if args.lora_rank < 0:
         _fail(f"--lora-rank must be >= 0 (0: all weights), got {args.lora_rank}")
+    _positive_rate(args.lr)
     torch.set_num_threads(args.threads)
     base, tokenizer = _finetune_base(args.base)
     fmt = ft.SFTFormat(tokenizer.vocab_size)
     splits = ft.sft_splits(load_corpus("tang"))
+    _require_vocabulary(
+        tokenizer, [e.prompt + e.response for part in ("train", "validation") for e in splits[part]], f"--base {args.base}"
+    )
     train = ft.encode_examples(splits["train"], fmt, tokenizer)
     valid = ft.encode_examples(splits["validation"], fmt, tokenizer)
     torch.manual_seed(args.seed)
@@ -944,6 +970,11 @@ def _sft_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive_rate(lr: float | None) -> None:
+    if lr is not None and not (lr > 0 and math.isfinite(lr)):
+        _fail(f"--lr must be a number > 0 (the peak learning rate), got {lr}")
+
+
 def _load_finetuned(path: str) -> tuple[GPT, Any, Any]:
     from transformer_lab import finetune as ft
 
@@ -953,21 +984,23 @@ def _load_finetuned(path: str) -> tuple[GPT, Any, Any]:
             "--base (e.g. transformer-lab poem 春夏秋冬 --lora finetune_lora.pt --base gpt_tang.pt)"
         )
     try:
-        return ft.load_sft(path)
+        model, tokenizer, fmt = ft.load_sft(path)
     except (FileNotFoundError, ValueError) as error:
         _fail(str(error))
+    _require_characters(tokenizer, path)
+    return model, tokenizer, fmt
 
 
 def _rl_command(args: argparse.Namespace) -> int:
     from transformer_lab import finetune as ft
 
     _positive_options(args, ("steps", "threads"))
-    if not args.lr > 0:
-        _fail(f"--lr must be > 0, got {args.lr}")
+    _positive_rate(args.lr)
     torch.set_num_threads(args.threads)
     model, tokenizer, fmt = _load_finetuned(args.checkpoint)
     splits = ft.sft_splits(load_corpus("tang"))
     heads = [e.argument for e in splits["train"] if e.kind == "acrostic"]
+    _require_vocabulary(tokenizer, [ft.acrostic_prompt(h) for h in heads], args.checkpoint)
     if args.reward == "poem":
 
         def reward(text: str | None, h: str) -> float:
@@ -1027,11 +1060,16 @@ def _poem_command(args: argparse.Namespace) -> int:
         if args.base is not None:
             _fail("--base goes with --lora (the base an adapter was trained on); a --checkpoint is a whole model")
         model, tokenizer, fmt = _load_finetuned(args.checkpoint or str(FINETUNE_CHECKPOINTS["rl"]))
-    unknown = [c for c in heads if c not in tokenizer.chars]
-    if unknown or not all(ft._is_hanzi(c) for c in heads):
-        bad = unknown or [c for c in heads if not ft._is_hanzi(c)]
+    other = [c for c in heads if not ft._is_hanzi(c)]
+    if other:
         _fail(
-            f"heads must be four Chinese characters the model knows; {''.join(bad)!r} is not in its vocabulary "
+            f"heads must be four Chinese characters, one per line; {''.join(other)!r} is not a Chinese character "
+            "(punctuation, a letter or a digit cannot begin a line): give four characters such as 春夏秋冬"
+        )
+    unknown = [c for c in heads if c not in tokenizer.chars]
+    if unknown:
+        _fail(
+            f"heads must be four Chinese characters the model knows; {''.join(unknown)!r} is not in its vocabulary "
             "of the Tang corpus's characters: choose another"
         )
     texts = ft.sample_poems(
