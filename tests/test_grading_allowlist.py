@@ -68,6 +68,113 @@ OUTSIDE_ATTACKS = {
     "gelu_sprinkled": "import torch.nn.functional as F\ndef softmax_rows(x):\n    e = torch.exp(x - x.max(-1, keepdim=True).values + 0 * F.gelu(x))\n    return e / e.sum(-1, keepdim=True)\n",
 }
 
+#: honest answers whose library function the exercise is not about: the learner's own check accepts them, so the
+#: class grader must too (a cross-entropy or log-softmax where the exercise is the loss built on top of it)
+LIBRARY_HONEST = {
+    ("ch13_instruction", "response_loss", "cross_entropy"): (
+        "import torch.nn.functional as F\ndef response_loss(logits, targets, mask):\n    losses = F.cross_entropy(logits.transpose(1, 2), targets, reduction='none')\n    return losses[mask].mean()\n"
+    ),
+    ("ch13_instruction", "response_loss", "log_softmax"): (
+        "def response_loss(logits, targets, mask):\n    losses = -logits.log_softmax(-1).gather(-1, targets[..., None])[..., 0]\n    return losses[mask].mean()\n"
+    ),
+    ("ch12_tokens", "bits_per_byte", "log_softmax"): (
+        "import math\nimport torch.nn.functional as F\ndef bits_per_byte(logits, targets, token_bytes):\n    nats = -F.log_softmax(logits, dim=-1).gather(-1, targets[..., None]).sum()\n    return (nats / math.log(2) / token_bytes[targets].sum()).item()\n"
+    ),
+}
+
+
+def _verified(stem: str, attribute: str, source: str) -> dict:
+    """The grading server's verdict (`runner.verify`) on the operators `source` runs on every case of the exercise,
+    streamed as the child streams them, and whether the learner's own check accepts it."""
+    import importlib
+
+    import torch
+
+    from transformer_lab.exercises.core import _needs_grad
+
+    exercise = getattr(importlib.import_module(f"transformer_lab.exercises.{stem}"), attribute)
+    namespace = {"torch": torch}
+    exec(source, namespace)  # noqa: S102 - the honest answers above
+    answer = namespace[exercise.name]
+    stream, entries = b"", []
+    for index, case in enumerate(exercise.cases):
+        inputs = case.inputs()
+        record = runner.OperatorRecord()
+        with record, torch.enable_grad() if _needs_grad(inputs) else torch.no_grad():
+            exercise._run(answer, *inputs)
+            torch.ones(()).frac()  # the runner's canary
+        ops = [op for op in sorted(record.seen) if op != runner.CANARY] + [runner.CANARY]
+        stream += f"S{index}\n".encode() + b"".join(f"O{op}\n".encode() for op in ops) + f"E{index}\n".encode()
+        entries.append({"error": None})
+    result = runner.verify(
+        {"module": f"transformer_lab.exercises.{stem}", "exercise": attribute}, {"cases": entries}, stream
+    )
+    return {"local": exercise.run(answer).passed, "result": result}
+
+
+@pytest.mark.parametrize("key", sorted(LIBRARY_HONEST), ids=lambda key: f"{key[1]}-{key[2]}")
+def test_an_honest_answer_with_a_library_loss_passes_the_allow_list(key):
+    """Review item: F.cross_entropy / log_softmax answers of response_loss and bits_per_byte passed the learner's
+    check but were refused by the grader as outside the allow-list (0 points, flagged)."""
+    verdict = _verified(key[0], key[1], LIBRARY_HONEST[key])
+    assert verdict["local"], key
+    result = verdict["result"]
+    assert result["record"]["allowlist"] and not result["record"]["outside"], result["record"]
+    assert not any(entry.get("shortcut") for entry in result["cases"]), result["cases"]
+
+
+def test_the_allow_list_check_still_refuses_an_operator_outside_it():
+    """The same check refuses a library loss where the exercise forbids it (bits_per_byte: no nll_loss)."""
+    source = "import math\ndef bits_per_byte(logits, targets, token_bytes):\n    nats = torch.ops.aten.nll_loss_forward(logits.log_softmax(-1).flatten(0, 1), targets.flatten(), None, 2, -100)[0]\n    return (nats / math.log(2) / token_bytes[targets].sum()).item()\n"
+    result = _verified("ch12_tokens", "bits_per_byte", source)["result"]
+    assert "nll_loss_forward" in result["record"]["outside"], result["record"]
+    assert all("allow-list" in entry["shortcut"] for entry in result["cases"]), result["cases"]
+
+
+@pytest.mark.slow
+def test_an_honest_cross_entropy_answer_gets_full_points_in_the_sandbox(session):
+    from transformer_lab.exercises import ch13_instruction
+
+    source = LIBRARY_HONEST[("ch13_instruction", "response_loss", "cross_entropy")]
+    grade = _run(session, source, ch13_instruction.response_loss, "response_loss")
+    assert grade.points == 1.0 and not grade.shortcut, _said(grade)
+
+
+@pytest.mark.skipif(
+    not sys.platform.startswith("linux") or runner._seccomp_program() is None, reason="Linux x86-64/AArch64"
+)
+def test_a_child_cannot_reach_another_process_memory_and_the_server_is_not_dumpable():
+    """The child's seccomp filter refuses process_vm_readv/process_vm_writev (and ptrace); the server sets itself not
+    dumpable, so that no child opens its /proc/<pid>/mem."""
+    code = (
+        "import ctypes, os, platform\n"
+        "from transformer_lab.exercises import runner\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "print('dumpable', runner.not_dumpable(), libc.prctl(3, 0, 0, 0, 0))\n"
+        "print('seccomp', runner.give_up_processes_and_signals())\n"
+        "numbers = {'x86_64': (310, 311, 101), 'aarch64': (270, 271, 117)}[platform.machine()]\n"
+        "buffer = ctypes.create_string_buffer(8)\n"
+        "class Iovec(ctypes.Structure):\n    _fields_ = [('base', ctypes.c_void_p), ('len', ctypes.c_size_t)]\n"
+        "iov = Iovec(ctypes.cast(buffer, ctypes.c_void_p), 8)\n"
+        "for name, number in zip(('process_vm_readv', 'process_vm_writev'), numbers[:2]):\n"
+        "    got = libc.syscall(number, os.getppid(), ctypes.byref(iov), 1, ctypes.byref(iov), 1, 0)\n"
+        "    print(name, got, ctypes.get_errno())\n"
+        "print('ptrace', libc.syscall(numbers[2], 16, os.getppid(), 0, 0), ctypes.get_errno())\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )
+    lines = dict(line.split(" ", 1) for line in proc.stdout.strip().splitlines())
+    assert proc.returncode == 0 and lines.get("dumpable") == "None 0", proc.stdout + proc.stderr[-2000:]
+    assert lines["seccomp"] == "True", lines
+    for name in ("process_vm_readv", "process_vm_writev", "ptrace"):
+        assert lines[name] in ("-1 1", "-1 38"), (name, lines)  # EPERM (or ENOSYS)
+
 
 @pytest.fixture(scope="module")
 def session():

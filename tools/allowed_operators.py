@@ -14,8 +14,12 @@ gives no credit to a case that ran an operator outside its exercise's list. A li
   operator whose name says it is a finished layer (softmax, norms, attention, distances, convolutions, losses, ...);
 - and, for the exercise, the operators its honest answers ran: the exercise's reference and its known wrong
   answers and mistakes (honest answers, only wrong; never its `shortcuts`) on every visible case and on the hidden
-  inputs of two class secrets, and the source edition's answer cells (notebooks/solutions/) run as the grader runs
-  them, the chapter's setup cell first.
+  inputs of two class secrets, the source edition's answer cells (notebooks/solutions/) run as the grader runs
+  them, the chapter's setup cell first, the honest answers the exercise tests assert to pass (`assert
+  ex.NAME.run(answer).passed` in tests/test_exercises_chNN.py), and the standard spellings in STANDARD below (a
+  library function where the exercise is not about it, such as `F.cross_entropy` in a loss built on top of it).
+  Every one of those must pass the exercise's own check (`Exercise.run`), or the derivation stops: an answer the
+  learner's check refuses adds nothing, and an honest answer the check accepts is never refused by the grader.
 
 The list depends on the PyTorch version (which operators exist, how a function decomposes), so the file records it,
 and tests/test_grading_allowlist.py fails when the stored lists differ from a fresh derivation.
@@ -24,6 +28,7 @@ and tests/test_grading_allowlist.py fails when the stored lists differ from a fr
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import json
 import os
@@ -61,6 +66,95 @@ BASIC = frozenset(
     """.split()
 )
 #: names of finished layers: never generic, whatever their tags say
+#: honest spellings the exercises' references do not use: a library function that computes a step of the answer
+#: but not the exercise's point (the log-softmax of a loss, a table lookup). Each is the source of the learner's
+#: function; it must pass the exercise's own check. Their operators join the exercise's list (less its fused kernels).
+STANDARD: dict[str, tuple[str, ...]] = {
+    "ch13_instruction.response_loss": (
+        "def response_loss(logits, targets, mask):\n"
+        "    return F.cross_entropy(logits.transpose(1, 2), targets, reduction='none')[mask].mean()\n",
+        "def response_loss(logits, targets, mask):\n    return F.cross_entropy(logits[mask], targets[mask])\n",
+        "def response_loss(logits, targets, mask):\n"
+        "    return F.nll_loss(F.log_softmax(logits[mask], dim=-1), targets[mask])\n",
+        "def response_loss(logits, targets, mask):\n"
+        "    losses = -logits.log_softmax(-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)\n"
+        "    return (losses * mask).sum() / mask.sum()\n",
+        "def response_loss(logits, targets, mask):\n"
+        "    losses = -torch.softmax(logits, dim=-1).gather(-1, targets[..., None])[..., 0].log()\n"
+        "    return losses[mask].mean()\n",
+    ),
+    "ch12_tokens.bits_per_byte": (
+        "def bits_per_byte(logits, targets, token_bytes):\n"
+        "    nats = -F.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).sum()\n"
+        "    return (nats / math.log(2) / token_bytes[targets].sum()).item()\n",
+        "def bits_per_byte(logits, targets, token_bytes):\n"
+        "    bits = -torch.log2(logits.softmax(-1).gather(-1, targets[..., None]))\n"
+        "    return (bits.sum() / token_bytes[targets].sum()).item()\n",
+    ),
+    "ch09_full_model.label_smoothed_loss": (
+        "def label_smoothed_loss(logits, target, pad_id, smoothing):\n"
+        "    V = logits.shape[-1]\n"
+        "    q = torch.full_like(logits, smoothing / (V - 2))\n"
+        "    q.scatter_(-1, target.unsqueeze(-1), 1 - smoothing)\n"
+        "    q[..., pad_id] = 0\n"
+        "    losses = -(q * torch.softmax(logits, dim=-1).log()).sum(-1)\n"
+        "    keep = target != pad_id\n"
+        "    return losses[keep].mean()\n",
+    ),
+    "ch08_embeddings.embed_and_encode": (
+        "def embed_and_encode(tokens, weight):\n"
+        "    L, D = tokens.shape[1], weight.shape[1]\n"
+        "    pos = torch.arange(L, dtype=torch.float64)[:, None]\n"
+        "    angles = pos / 10000 ** (torch.arange(0, D, 2, dtype=torch.float64) / D)\n"
+        "    pe = torch.zeros(L, D, dtype=torch.float64)\n"
+        "    pe[:, 0::2] = torch.sin(angles)\n"
+        "    pe[:, 1::2] = torch.cos(angles[:, : D // 2])\n"
+        "    return F.embedding(tokens, weight) * math.sqrt(D) + pe.to(weight.dtype)\n",
+    ),
+    "ch13_instruction.lora_forward": (
+        "def lora_forward(x, weight, bias, A, B, alpha):\n"
+        "    scale = alpha / A.shape[0]\n"
+        "    y = F.linear(x, weight, bias) + scale * F.linear(F.linear(x, A), B)\n"
+        "    return y, torch.addmm(weight, B, A, alpha=scale)\n",
+    ),
+    "ch05_feed_forward.block_gradient_norms": (
+        "def block_gradient_norms(blocks, x, target, residual):\n"
+        "    h = x\n"
+        "    for block in blocks:\n"
+        "        h = h + block(h) if residual else block(h)\n"
+        "    F.mse_loss(h, target).backward()\n"
+        "    return [torch.linalg.vector_norm(torch.cat([p.grad.flatten() for p in b.parameters()])).item()\n"
+        "            for b in blocks]\n",
+        "def block_gradient_norms(blocks, x, target, residual):\n"
+        "    h = x\n"
+        "    for block in blocks:\n"
+        "        h = h + block(h) if residual else block(h)\n"
+        "    nn.MSELoss()(h, target).backward()\n"
+        "    return [torch.stack([p.grad.norm() for p in b.parameters()]).norm().item() for b in blocks]\n",
+    ),
+    "ch07_decoder.cached_self_attention": (
+        "def cached_self_attention(attn, h_new, k_cache, v_cache):\n"
+        "    B, _, D = h_new.shape\n"
+        "    H = attn.n_heads\n"
+        "    def heads(t):\n"
+        "        return t.view(B, -1, H, D // H).transpose(1, 2)\n"
+        "    q = heads(attn.w_q(h_new))\n"
+        "    k = torch.cat([k_cache, heads(attn.w_k(h_new))], dim=2)\n"
+        "    v = torch.cat([v_cache, heads(attn.w_v(h_new))], dim=2)\n"
+        "    out = F.scaled_dot_product_attention(q, k, v)\n"
+        "    return attn.w_o(out.transpose(1, 2).reshape(B, 1, D)), k, v\n",
+    ),
+    "ch10_gpt.top_p_filter": (
+        "def top_p_filter(logits, top_p):\n"
+        "    sorted_logits, order = torch.sort(logits, dim=-1, descending=True)\n"
+        "    e = torch.exp(sorted_logits - sorted_logits[..., :1])\n"
+        "    probs = e / e.sum(-1, keepdim=True)\n"
+        "    drop_sorted = probs.cumsum(-1) - probs >= top_p\n"
+        "    drop = torch.zeros_like(drop_sorted)\n"
+        "    drop.scatter_(-1, order, drop_sorted)\n"
+        "    return logits.clone().masked_fill_(drop, float('-inf'))\n",
+    ),
+}
 FINISHED = re.compile(
     r"softmax|norm|attention|sdp|dist|conv|pool|loss|embedding|dropout|rnn|lstm|gru|linear|bilinear|"
     r"entropy|nll|glu|silu|gelu|mish|interpolate|upsample|grid_sampler|ctc|affine|fused|_mps|cudnn|miopen|mkldnn|"
@@ -83,6 +177,8 @@ def generic_operators() -> list[str]:
         view = bool(returns) and returns[0].alias_info is not None and not returns[0].alias_info.is_write
         if torch.Tag.pointwise in tags or torch.Tag.reduction in tags or view:
             names.add(name)
+    # the in-place twin of a generic operator (`scatter_`, `squeeze_`, `masked_fill_`) computes nothing more
+    names |= {f"{name}_" for name in names if hasattr(torch.ops.aten, f"{name}_")}
     return sorted(n for n in names if n not in denied and not FINISHED.search(n))
 
 
@@ -129,6 +225,95 @@ def from_modules() -> dict[str, set[str]]:
     return found
 
 
+def _honest(exercise: Exercise, candidate, where: str) -> set[str]:  # noqa: ANN001
+    """The operators of an honest answer from `where`, which the exercise's own check must accept."""
+    result = exercise.run(candidate)
+    if not result.passed:
+        raise SystemExit(f"{where}: an honest answer of {exercise.name} no longer passes its check: {result.report()}")
+    return _on_cases(exercise, candidate)
+
+
+def _module(stem: str):  # noqa: ANN202
+    return __import__(f"transformer_lab.exercises.{stem}", fromlist=["_"])
+
+
+def from_standard() -> dict[str, set[str]]:
+    """Each exercise's operators from its standard honest spellings (STANDARD)."""
+    import math
+
+    import torch.nn.functional as F  # noqa: N812
+
+    found: dict[str, set[str]] = {}
+    for key, sources in STANDARD.items():
+        stem, attribute = key.split(".", 1)
+        exercise = getattr(_module(stem), attribute)
+        for number, source in enumerate(sources):
+            namespace = {"torch": torch, "F": F, "math": math, "nn": torch.nn}
+            exec(source, namespace)  # noqa: S102 - the spellings above
+            found[key] = found.get(key, set()) | _honest(
+                exercise, namespace[exercise.name], f"STANDARD[{key!r}][{number}]"
+            )
+    return found
+
+
+def _passes_asserted(test: ast.AST, aliases: dict[str, str]):  # noqa: ANN202
+    """(module stem, exercise attribute, answer expression) of each `assert ex.NAME.run(answer).passed` in `test`."""
+    for node in ast.walk(test):
+        if not isinstance(node, ast.Assert):
+            continue
+        terms = (
+            node.test.values if isinstance(node.test, ast.BoolOp) and isinstance(node.test.op, ast.And) else [node.test]
+        )
+        for term in terms:
+            call = term.value if isinstance(term, ast.Attribute) and term.attr == "passed" else None
+            if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "run"):
+                continue
+            target = call.func.value
+            if len(call.args) == 1 and isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name):
+                if target.value.id in aliases:
+                    yield aliases[target.value.id], target.attr, call.args[0]
+
+
+def from_tests() -> dict[str, set[str]]:
+    """Each exercise's operators from the honest answers its tests assert to pass: a function defined in the test
+    (or a lambda) handed to `ex.NAME.run(...)` under `assert ... .passed`."""
+    found: dict[str, set[str]] = {}
+    for path in sorted((ROOT / "tests").glob("test_exercises_ch[0-9][0-9]*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        aliases: dict[str, str] = {}
+        imports: list[ast.stmt] = []
+        for node in tree.body:
+            if isinstance(node, ast.ImportFrom) and node.module == "transformer_lab.exercises":
+                aliases.update({a.asname or a.name: a.name for a in node.names if a.name.startswith("ch")})
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                imports.append(node)
+        namespace: dict = {"__name__": "allowed_operators_tests"}
+        for node in imports:
+            with contextlib.suppress(Exception):  # a test helper module (support, ...) is not needed here
+                exec(compile(ast.Module(body=[node], type_ignores=[]), str(path), "exec"), namespace)  # noqa: S102
+        for test in tree.body:
+            if not isinstance(test, ast.FunctionDef) or not test.name.startswith("test_"):
+                continue
+            local = {n.name: n for n in test.body if isinstance(n, ast.FunctionDef)}
+            local_imports = [n for n in test.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+            for stem, attribute, answer in _passes_asserted(test, aliases):
+                exercise = getattr(_module(stem), attribute, None)
+                if isinstance(answer, ast.Name) and answer.id in local:
+                    code = ast.Module(body=[*local_imports, local[answer.id]], type_ignores=[])
+                    scope = dict(namespace)
+                    exec(compile(code, str(path), "exec"), scope)  # noqa: S102 - the course's own tests
+                    candidate = scope[answer.id]
+                elif isinstance(answer, ast.Lambda):
+                    candidate = eval(compile(ast.Expression(answer), str(path), "eval"), dict(namespace))  # noqa: S307
+                else:
+                    continue  # an answer the exercise module defines: from_modules has it, or it is a shortcut
+                if isinstance(exercise, Exercise):
+                    key = f"{stem}.{attribute}"
+                    where = f"{path.name}::{test.name}"
+                    found[key] = found.get(key, set()) | _honest(exercise, candidate, where)
+    return found
+
+
 def from_notebooks() -> dict[str, set[str]]:
     """Each exercise's operators from the source edition's answer cells, run as the grader runs them."""
     found: dict[str, set[str]] = {}
@@ -167,8 +352,9 @@ def derive() -> dict:
     torch.set_num_threads(1)
     generic = generic_operators()
     lists = from_modules()
-    for key, seen in from_notebooks().items():
-        lists[key] = lists.get(key, set()) | seen
+    for source in (from_notebooks, from_tests, from_standard):
+        for key, seen in source().items():
+            lists[key] = lists.get(key, set()) | seen
     exercises = {}
     for key, seen in sorted(lists.items()):
         module, attribute = key.split(".", 1)

@@ -10,9 +10,11 @@ results, the errors, and the ATen operators each case ran.
 For each exercise the server forks a child, so one answer cannot change what the next one sees. Before any
 student line runs, the child:
 
-- gives up starting processes and sending signals (a seccomp filter: `fork`, `vfork`, `clone` of a new
-  process, `kill`, `tkill`, `tgkill`, `rt_sigqueueinfo`, `pidfd_send_signal` and `ptrace` fail; `clone3`
-  answers "not implemented", so that threads start with `clone`, which the filter allows for a thread),
+- gives up starting processes, sending signals and reaching another process's memory (a seccomp filter: `fork`,
+  `vfork`, `clone` of a new process, `kill`, `tkill`, `tgkill`, `rt_sigqueueinfo`, `pidfd_send_signal`, `ptrace`,
+  `process_vm_readv` and `process_vm_writev` fail; `clone3` answers "not implemented", so that threads start with
+  `clone`, which the filter allows for a thread; and the server is not dumpable, so that no child opens its
+  /proc/<pid>/mem),
   and is held to a CPU-time limit (`RLIMIT_CPU`); the server ends it when it waits without computing;
 - closes every descriptor but its own result pipe, and points its stdout and stderr at nothing;
 - makes the finished versions the exercise asks to build unavailable (a `TorchFunctionMode` refuses the
@@ -245,13 +247,15 @@ def with_leaves(value: Any, leaves: list[Tensor]) -> Any:
 
 
 def _seccomp_program() -> bytes | None:
-    """A seccomp filter: no new process, no signal to another (or this) process, no ptrace. None where the
-    processor is neither x86-64 nor AArch64 (that layer is then missing; the sandbox's others stay)."""
+    """A seccomp filter: no new process, no signal to another (or this) process, no ptrace, no reading or writing
+    another process's memory (process_vm_readv, process_vm_writev). None where the processor is neither x86-64 nor
+    AArch64 (that layer is then missing; the sandbox's others stay)."""
     machine = platform.machine()
+    # fork vfork kill tgkill tkill rt_sigqueueinfo rt_tgsigqueueinfo pidfd_send_signal ptrace process_vm_readv/writev
     if machine in ("x86_64", "AMD64"):
-        arch, clone, denied = 0xC000003E, 56, [57, 58, 62, 200, 234, 129, 297, 424, 101]  # fork vfork kill ...
+        arch, clone, denied = 0xC000003E, 56, [57, 58, 62, 200, 234, 129, 297, 424, 101, 310, 311]
     elif machine in ("aarch64", "arm64"):
-        arch, clone, denied = 0xC00000B7, 220, [129, 130, 131, 138, 240, 424, 117]
+        arch, clone, denied = 0xC00000B7, 220, [129, 130, 131, 138, 240, 424, 117, 270, 271]
     else:
         return None
     clone3 = 435  # the same number on both
@@ -279,6 +283,24 @@ def _seccomp_program() -> bytes | None:
     program.append((ret, 0, 0, allow))
     program.append((ret, 0, 0, eperm))
     return b"".join(struct.pack("<HBBI", *instruction) for instruction in program)
+
+
+def not_dumpable() -> str | None:
+    """Make this process not dumpable (prctl PR_SET_DUMPABLE 0), so that its children, whose answer code could
+    otherwise reach the record it keeps, cannot open its /proc/<pid>/mem or attach to it. None once done; where it
+    cannot be done (not Linux, no prctl), one sentence saying why, and the other layers stay."""
+    if not sys.platform.startswith("linux"):
+        return f"the grading server stays dumpable: PR_SET_DUMPABLE is Linux only (this is {sys.platform})"
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError) as error:
+        return f"the grading server stays dumpable: prctl is not available ({error})"
+    pr_set_dumpable, pr_get_dumpable = 4, 3
+    if prctl(pr_set_dumpable, 0, 0, 0, 0) != 0 or prctl(pr_get_dumpable, 0, 0, 0, 0) != 0:
+        return (
+            f"the grading server stays dumpable: prctl(PR_SET_DUMPABLE, 0) failed ({os.strerror(ctypes.get_errno())})"
+        )
+    return None
 
 
 def give_up_processes_and_signals() -> bool:
@@ -807,10 +829,7 @@ def serve() -> None:
     import transformer_lab.exercises.core  # noqa: F401
 
     torch.set_num_threads(1)
-    # the server itself may not be read or written through /proc by a child (whose answer code could otherwise
-    # reach the record it keeps): not dumpable
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+    dumpable = not_dumpable()
     # the course's source, held by linecache now, so that a warning's or traceback's line never reads a file of the
     # course while an answer runs (reading one then is how an unblocked copy is made, and is reported)
     package = os.path.dirname(os.path.abspath(transformer_lab.__file__))
@@ -826,7 +845,7 @@ def serve() -> None:
     out_fd = os.dup(1)
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)  # nothing but frames on the channel to the grader
-    write_frame(out_fd, dumps({"status": "ready", "torch": str(torch.__version__)}))
+    write_frame(out_fd, dumps({"status": "ready", "torch": str(torch.__version__), "dumpable": dumpable}))
     while True:
         frame = read_frame(0, None, limit=1 << 30)
         if frame is None:
