@@ -4,7 +4,8 @@ Fast: every chapter has the lines tools/install_cell.py writes (the README's OWN
 the Colab and Kaggle links; the Chinese editions carry the lines with their comments in Chinese; run where the package
 is there, the lines print nothing; run where it is missing (pip mocked), they ask pip for the wheel with the
 [equality] extra and nothing that would replace a PyTorch already in range, honour TRANSFORMER_LAB_WHEEL, and print
-one line.
+one line (pip's own warnings captured); where pip fails (a wheel URL nothing answers, as without internet) they show
+pip's messages and stop with one sentence; the hosted install's requirements bring no JupyterLab and no kernel.
 
 Slow (a hosted runtime, tools/hosted_check.py's machinery): the wheel is built from the checkout, a fresh venv gets
 this environment's PyTorch, JupyterLab, ipykernel, matplotlib and the wheel's other dependencies but not the course,
@@ -21,10 +22,14 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import json
+import os
 import pathlib
+import re
 import shutil
+import socket
 import subprocess
 import sys
+import tomllib
 
 import pytest
 from support import require
@@ -35,6 +40,8 @@ import editions  # noqa: E402  (tools/editions.py)
 import install_cell  # noqa: E402  (tools/install_cell.py)
 import translate  # noqa: E402  (tools/translate.py)
 
+#: What the hosted install must not bring: JupyterLab, a kernel, or what comes with them.
+KERNEL_PACKAGES = {"jupyterlab", "ipykernel", "jupyterlab-language-pack-zh-cn", "notebook", "jupyter-server", "jupyter"}
 SOURCES = sorted((ROOT / "notebooks" / "solutions").glob("[0-9][0-9]_*.ipynb"))
 
 
@@ -73,7 +80,8 @@ def test_the_readmes_have_colab_and_kaggle_links_for_every_chapter_of_their_tabl
     for readme, folder in (("README.md", "notebooks"), ("README.zh.md", "notebooks/zh")):
         text = (ROOT / readme).read_text(encoding="utf-8")
         rows = [line for line in text.splitlines() if install_cell.ROW.match(line)]
-        assert len(rows) >= 13, f"{readme}: {len(rows)} rows in the table of chapters"
+        names = [install_cell.ROW.match(row).group(1) for row in rows]
+        assert names == [path.stem for path in SOURCES], f"{readme}: the table of chapters has {names}"
         for row in rows:
             notebook = f"{folder}/{install_cell.ROW.match(row).group(1)}.ipynb"
             assert (ROOT / notebook).exists(), f"{readme}: {notebook} is not a chapter"
@@ -113,7 +121,14 @@ def run_lines(monkeypatch, capsys, installed: bool, torch_versions=("2.9.1", "2.
 
     monkeypatch.setattr(importlib.util, "find_spec", find_spec)
     monkeypatch.setattr(importlib.metadata, "version", lambda name: next(versions))
-    monkeypatch.setattr(subprocess, "run", lambda command, check: calls.append(command))
+
+    def pip(command, **options):  # pip as on Colab/Kaggle (root, an older pip): noise the lines must not show
+        calls.append(command)
+        assert options == {"capture_output": True, "text": True}
+        noise = "WARNING: Running pip as the 'root' user can result in broken permissions\n"
+        return subprocess.CompletedProcess(command, 0, "", noise + "[notice] A new release of pip is available\n")
+
+    monkeypatch.setattr(subprocess, "run", pip)
     if wheel is None:
         monkeypatch.delenv(install_cell.ENVIRONMENT, raising=False)
     else:
@@ -147,6 +162,54 @@ def test_the_wheel_can_be_redirected_and_a_replaced_pytorch_is_said(monkeypatch,
     assert printed == "installed transformer_lab from file:///tmp/x.whl; PyTorch 2.13.0 installed\n"
 
 
+def test_where_pip_fails_one_sentence_says_why_and_the_cell_stops_short(tmp_path):
+    """A runtime without internet (a Kaggle notebook until Settings > Internet is on), here a wheel URL nothing
+    answers: pip really runs (no retries), its messages are shown, then a RuntimeError of one sentence, raised in the
+    lines themselves and not from inside subprocess."""
+    with socket.socket() as s:  # a port on which nothing listens
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    wheel = f"http://127.0.0.1:{port}/attention_transformer_course-0.1.0-py3-none-any.whl"
+    script = tmp_path / "run.py"
+    script.write_text(
+        "import importlib.util, traceback\n"
+        "find_spec = importlib.util.find_spec\n"
+        "importlib.util.find_spec = lambda name, *a: None if name == 'transformer_lab' else find_spec(name, *a)\n"
+        f"lines = {install_cell.block_text()!r}\n"
+        "try:\n"
+        "    exec(compile(lines, '<install lines>', 'exec'), {})\n"
+        "except RuntimeError as error:\n"
+        "    frames = traceback.extract_tb(error.__traceback__)\n"
+        "    print('ERROR', [f.filename for f in frames][-1], error.__cause__, error.__suppress_context__)\n"
+        "    print('MESSAGE', error)\n",
+        encoding="utf-8",
+    )
+    env = dict(os.environ, TRANSFORMER_LAB_WHEEL=wheel, PIP_RETRIES="0", PIP_TIMEOUT="5", PIP_NO_INDEX="1")
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = done.stdout.splitlines()
+    assert out[0] == "ERROR <install lines> None True", done.stdout  # raised by the lines, from None
+    assert out[1] == (
+        f"MESSAGE pip could not install the course from {wheel} (its messages are above); if this runtime has no "
+        "internet access, turn it on (on Kaggle: Settings > Internet) and run this cell again."
+    )
+    assert len(out) == 2 and "installed transformer_lab" not in done.stdout
+    assert "ERROR" in done.stderr and str(port) in done.stderr, done.stderr  # pip's own messages, shown
+
+
+def test_the_install_asks_for_no_jupyterlab_nor_a_kernel():
+    """The lines install the wheel with [equality] only: its dependencies must not bring JupyterLab, ipykernel or
+    the language pack, which would replace the kernel packages a hosted runtime pins (Colab's ipykernel 5.5.6,
+    IPython 7.34). They are the [lab] extra, for `transformer-lab lab` (tests/test_wheel.py reads the built wheel)."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    hosted = [*project["dependencies"], *project["optional-dependencies"]["equality"]]
+    names = {re.match(r"[A-Za-z0-9_.-]+", requirement).group(0).lower() for requirement in hosted}
+    assert not names & KERNEL_PACKAGES, sorted(names & KERNEL_PACKAGES)
+    lab = {re.match(r"[A-Za-z0-9_.-]+", r).group(0).lower() for r in project["optional-dependencies"]["lab"]}
+    assert {"jupyterlab", "ipykernel", "jupyterlab-language-pack-zh-cn"} <= lab
+    assert "[equality] @ " in install_cell.block_text() and "[lab" not in install_cell.block_text()
+
+
 def test_the_tool_puts_the_lines_at_the_top_of_the_setup_cell_once(tmp_path):
     notebook = {
         "cells": [
@@ -159,6 +222,11 @@ def test_the_tool_puts_the_lines_at_the_top_of_the_setup_cell_once(tmp_path):
     text = editions.source_text(updated["cells"][1])
     assert text == install_cell.block_text() + "\nimport transformer_lab as tl\n"
     assert install_cell.with_install_block(updated) == (updated, False)
+    table = "| chapter | topic | links |\n| --- | --- | --- |\n| `00_a` | x | old |\n| `01_b` | y |\n"
+    assert install_cell.with_links(table, "notebooks", "links").splitlines()[2:] == [
+        f"| `00_a` | x | {install_cell.links_cell('notebooks', '00_a')} |",
+        f"| `01_b` | y | {install_cell.links_cell('notebooks', '01_b')} |",  # a new row keeps its cells
+    ]
     stale = text.replace("releases/download", "releases/OLD")
     updated["cells"][1]["source"] = editions.as_lines(stale)
     again, changed = install_cell.with_install_block(updated)

@@ -16,9 +16,13 @@ installed by hand, Binder, the grader's sandbox) they only import importlib.util
 and nbval are unchanged. Where it cannot (a fresh hosted runtime), they install the course's release wheel with the
 `[equality]` extra, with pip and without `--upgrade`: pip leaves a requirement that is already met as it is, so the
 runtime's own PyTorch stays when it is in the course's range (torch>=2.9,<3) and is replaced only when it is not.
-They print one line saying what they installed and whether PyTorch was kept. `TRANSFORMER_LAB_WHEEL` (a URL,
-https:// or file://) installs another wheel instead: tests/test_hosted.py points it at a wheel built from the
-checkout.
+They print one line saying what they installed and whether PyTorch was kept: pip's own output (a root-user warning,
+a notice of a newer pip) is captured and shown only if pip fails, and then one sentence says what failed and how to
+go on (a runtime without internet, as a Kaggle notebook is until Settings > Internet is turned on), and the cell
+stops with a RuntimeError instead of a traceback from inside subprocess. The extra is `[equality]` and not `[lab]`:
+JupyterLab and ipykernel would replace the kernel packages a hosted runtime pins (Colab's ipykernel, IPython).
+`TRANSFORMER_LAB_WHEEL` (a URL, https:// or file://) installs another wheel instead: tests/test_hosted.py points it
+at a wheel built from the checkout.
 
 The wheel's address is made from two places and nowhere else: the GitHub OWNER/REPO of the README's Binder link
 (`[binder]: https://mybinder.org/v2/gh/OWNER/REPO/HEAD?...`, the one place it is set) and the version in
@@ -64,7 +68,14 @@ if importlib.util.find_spec("transformer_lab") is None:
     torch_before = importlib.util.find_spec("torch") and importlib.metadata.version("torch")
     # No --upgrade: pip keeps a PyTorch that the course supports (2.9 or newer) and installs one only if needed.
     pip = [sys.executable, "-m", "pip", "install", "--quiet", f"{distribution}[equality] @ {{wheel}}"]
-    subprocess.run(pip, check=True)
+    # pip's own messages (warnings, notices) are shown only if it fails.
+    done = subprocess.run(pip, capture_output=True, text=True)
+    if done.returncode != 0:
+        print(done.stdout + done.stderr, file=sys.stderr)
+        raise RuntimeError(
+            f"pip could not install the course from {{wheel}} (its messages are above); if this runtime has no "
+            "internet access, turn it on (on Kaggle: Settings > Internet) and run this cell again."
+        ) from None
     importlib.invalidate_caches()
     torch_now = importlib.metadata.version("torch")
     kept = "kept" if torch_now == torch_before else "installed"
@@ -198,7 +209,7 @@ def with_links(readme: str, folder: str, title: str) -> str:
         if not match:
             break
         cells = lines[i].strip().strip("|").split("|")
-        if present:
+        if present and len(cells) == len(head):  # a row that has the column already (a new row may not)
             cells = cells[:-1]
         lines[i] = "|" + "|".join(cells) + f"| {links_cell(folder, match.group(1))} |"
     return "\n".join(lines)
