@@ -28,8 +28,13 @@ Stages:
       one character twice does not count).
 
 Each line of the log (benchmarks/results/finetune.jsonl) is one stage of one seed: its rates on both head sets,
-its CPU time (`time.process_time`, one thread, evaluation excluded), its trainable parameters, the training
-state's memory, its curves, and 8 samples. `--write` also saves seed 0's checkpoints (float16) to
+its CPU time (`time.process_time`, one thread), its trainable parameters, the training state's memory, its curves,
+and 8 samples. The CPU time is: for (a) and (b), which only sample, that of their sampling of the 1,000 heads; for
+the other stages the stage's own work, the final measurement on the 1,000 heads left out, but the evaluations the
+run makes along the way included: (c) and (d) the SFT run with its validation passes (every 125 steps), (c') the
+rejection sampling and its SFT run with its validation, (e) the RL run with its curve's evaluations (100
+validation heads every 25 steps and at step 0). So (c), (d), (c') and (e) are more than their training alone.
+`--write` also saves seed 0's checkpoints (float16) to
 transformer_lab/assets/: finetune_sft.pt (c), finetune_lora.pt (the adapter of d), finetune_rl.pt (e), and the
 log as transformer_lab/assets/finetune_log.json, which chapter 13 reads.
 """
@@ -189,6 +194,68 @@ def state_bytes(count: int) -> int:
     return 3 * 4 * count
 
 
+def train_sft(base, train, valid, seed: int, lora: bool = False, log=print, **override):
+    """Stage (c) (`lora=False`) or (d): the command line's `sft` recipe (SETTINGS, `override` replacing some of it:
+    the tests' short runs) on `base` grown by the format tokens, then rounded to float16 as shipped. Returns
+    (model, history, trainable parameters)."""
+    c = {**SETTINGS["lora" if lora else "sft"], **override}
+    torch.manual_seed(seed)
+    model = ft.add_special_tokens(base)
+    if lora:
+        ft.apply_lora(model, c["targets"], rank=c["rank"], alpha=c["alpha"])
+    count = trainable(model) + (3 * model.config.d_model if lora else 0)
+    hist = ft.sft(
+        model,
+        train,
+        valid,
+        steps=c["steps"],
+        batch_size=c["batch_size"],
+        lr=c["lr"],
+        warmup=c["warmup"],
+        seed=seed,
+        eval_every=125,
+        new_rows=3 if lora else 0,
+        log=log,
+    )
+    if lora:
+        with torch.no_grad():  # as shipped: A, B and the rows in float16 (the adapter is saved so)
+            for name, p in model.named_parameters():
+                if "lora_" in name:
+                    p.copy_(p.half().float())
+            model.token_embedding.weight[-3:] = model.token_embedding.weight[-3:].half().float()
+    else:
+        round_to_half(model)  # the model as shipped (float16): (c'), (e) and the CLI start from the same weights
+    return model, hist, count
+
+
+def train_rl(sft_model, fmt, tok, heads: list, seed: int, evaluate=None, log=print, **override):
+    """Stage (e): the command line's `rl` recipe (SETTINGS, `override` replacing some of it) on a copy of the SFT
+    model, with the poem's reward (a rhyme on one character twice does not count), rounded to float16 as shipped.
+    Returns (model, history)."""
+    import copy
+
+    c = {**SETTINGS["rl"], **override}
+    model = copy.deepcopy(sft_model)
+    hist = ft.rl(
+        model,
+        fmt,
+        tok,
+        heads,
+        lambda text, h: ft.poem_reward(text, h, True),
+        steps=c["steps"],
+        prompts_per_step=c["prompts_per_step"],
+        group_size=c["group_size"],
+        lr=c["lr"],
+        temperature=c["temperature"],
+        seed=seed,
+        evaluate=evaluate,
+        eval_every=c["eval_every"],
+        log=log,
+    )
+    round_to_half(model)
+    return model, hist
+
+
 def run(seed: int, write: bool, log_path: Path) -> None:
     torch.set_num_threads(1)
     s = setup()
@@ -216,23 +283,7 @@ def run(seed: int, write: bool, log_path: Path) -> None:
     valid = ft.encode_examples(s["splits"]["validation"], fmt, tok)
 
     # (c) SFT, all weights
-    torch.manual_seed(seed)
-    sft_model = ft.add_special_tokens(s["base"])
-    count = trainable(sft_model)
-    c = SETTINGS["sft"]
-    hist = ft.sft(
-        sft_model,
-        train,
-        valid,
-        steps=c["steps"],
-        batch_size=c["batch_size"],
-        lr=c["lr"],
-        warmup=c["warmup"],
-        seed=seed,
-        eval_every=125,
-        log=print,
-    )
-    round_to_half(sft_model)  # the model as shipped (float16): (c'), (e) and the CLI start from the same weights
+    sft_model, hist, count = train_sft(s["base"], train, valid, seed)
     record(
         "c_sft",
         hist["seconds"][0],
@@ -247,29 +298,7 @@ def run(seed: int, write: bool, log_path: Path) -> None:
         ft.save_sft(sft_model, ASSETS / "finetune_sft.pt", tok, fmt, half=True, settings=SETTINGS["sft"])
 
     # (d) SFT with LoRA
-    torch.manual_seed(seed)
-    lora_model = ft.add_special_tokens(s["base"])
-    c = SETTINGS["lora"]
-    ft.apply_lora(lora_model, c["targets"], rank=c["rank"], alpha=c["alpha"])
-    count = trainable(lora_model) + 3 * lora_model.config.d_model
-    hist = ft.sft(
-        lora_model,
-        train,
-        valid,
-        steps=c["steps"],
-        batch_size=c["batch_size"],
-        lr=c["lr"],
-        warmup=c["warmup"],
-        seed=seed,
-        eval_every=125,
-        new_rows=3,
-        log=print,
-    )
-    with torch.no_grad():  # as shipped: A, B and the rows in float16 (the adapter is saved so)
-        for name, p in lora_model.named_parameters():
-            if "lora_" in name:
-                p.copy_(p.half().float())
-        lora_model.token_embedding.weight[-3:] = lora_model.token_embedding.weight[-3:].half().float()
+    lora_model, hist, count = train_sft(s["base"], train, valid, seed, lora=True)
     record(
         "d_lora",
         hist["seconds"][0],
@@ -309,25 +338,7 @@ def run(seed: int, write: bool, log_path: Path) -> None:
     )
 
     # (e) RL from (c)
-    c = SETTINGS["rl"]
-    rl_model = copy.deepcopy(sft_model)
-    hist = ft.rl(
-        rl_model,
-        fmt,
-        tok,
-        s["train_heads"],
-        lambda text, heads: ft.poem_reward(text, heads, True),
-        steps=c["steps"],
-        prompts_per_step=c["prompts_per_step"],
-        group_size=c["group_size"],
-        lr=c["lr"],
-        temperature=c["temperature"],
-        seed=seed,
-        evaluate=curve(s, fmt, seed),
-        eval_every=c["eval_every"],
-        log=print,
-    )
-    round_to_half(rl_model)
+    rl_model, hist = train_rl(sft_model, fmt, tok, s["train_heads"], seed, evaluate=curve(s, fmt, seed))
     record(
         "e_rl",
         hist["seconds"][0],

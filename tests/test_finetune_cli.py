@@ -8,11 +8,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from support import require
 
 from transformer_lab import cli
 from transformer_lab import finetune as ft
-
-from support import require
 
 BASE = str(cli.FINETUNE_CHECKPOINTS["base"])
 
@@ -21,7 +20,9 @@ BASE = str(cli.FINETUNE_CHECKPOINTS["base"])
 def _needs_pypinyin() -> None:
     """The rewards read rhymes with pypinyin, a requirement of the package: skipped locally without it, a failure
     under CI (support.require)."""
-    require(importlib.util.find_spec("pypinyin") is not None, "pypinyin is not installed (pip install -r requirements.txt)")
+    require(
+        importlib.util.find_spec("pypinyin") is not None, "pypinyin is not installed (pip install -r requirements.txt)"
+    )
 
 
 def fail_message(argv: list[str]) -> str:
@@ -132,7 +133,10 @@ def test_a_base_the_format_cannot_use_is_refused_in_one_sentence(trained: dict[s
 
     base, tokenizer = load_gpt(bpe)
     ft.save_sft(ft.add_special_tokens(base), tmp_path / "bpe_sft.pt", tokenizer, ft.SFTFormat(tokenizer.vocab_size))
-    for argv in (["rl", str(tmp_path / "bpe_sft.pt"), "--out", out], ["poem", "春夏秋冬", "--checkpoint", str(tmp_path / "bpe_sft.pt")]):
+    for argv in (
+        ["rl", str(tmp_path / "bpe_sft.pt"), "--out", out],
+        ["poem", "春夏秋冬", "--checkpoint", str(tmp_path / "bpe_sft.pt")],
+    ):
         assert "one token per character" in fail_message(argv)
 
 
@@ -142,3 +146,53 @@ def test_poem_refuses_an_adapter_file_it_cannot_read_in_one_sentence(tmp_path: P
     assert message.startswith("error: --lora") and "LoRA checkpoint" in message and "\n" not in message
     torch.save({"something": 1}, tmp_path / "other.pt")
     assert "not a LoRA checkpoint" in fail_message(["poem", "春夏秋冬", "--lora", str(tmp_path / "other.pt")])
+
+
+def _benchmark():  # noqa: ANN202 - benchmarks/finetune.py as a module (imported by path)
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "finetune.py"
+    spec = importlib.util.spec_from_file_location("benchmark_finetune", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_cli_commands_reproduce_the_benchmarks_runs(trained: dict[str, Path], tmp_path: Path) -> None:
+    """The shipped models come from benchmarks/finetune.py; the commands say they reproduce them. Short runs of
+    both (the same reduced steps and batch on both sides) give the same weights, bit for bit."""
+    bench = _benchmark()
+    s = bench.setup()
+    tok = s["tokenizer"]
+    fmt = ft.SFTFormat(tok.vocab_size)
+    train = ft.encode_examples(s["splits"]["train"], fmt, tok)
+    valid = ft.encode_examples(s["splits"]["validation"], fmt, tok)
+    quiet = {"log": None, "steps": 2, "batch_size": 4}
+
+    sft_model, _, _ = bench.train_sft(s["base"], train, valid, 0, **quiet)
+    cli_sft, _, _ = ft.load_sft(trained["sft"])
+    for name, tensor in cli_sft.state_dict().items():
+        assert torch.equal(tensor, sft_model.state_dict()[name]), name
+
+    lora_model, _, _ = bench.train_sft(s["base"], train, valid, 0, lora=True, rank=2, alpha=4.0, **quiet)
+    ft.save_lora(lora_model, tmp_path / "bench_lora.pt", new_rows=3, half=True)
+    ours, theirs = (torch.load(p, weights_only=True) for p in (trained["lora"], tmp_path / "bench_lora.pt"))
+    assert ours["base_fingerprint"] == theirs["base_fingerprint"] and sorted(ours["layers"]) == sorted(theirs["layers"])
+    assert torch.equal(ours["token_rows"], theirs["token_rows"])
+    for name, layer in ours["layers"].items():
+        assert torch.equal(layer["A"], theirs["layers"][name]["A"]) and torch.equal(
+            layer["B"], theirs["layers"][name]["B"]
+        )
+
+    rl_model, _ = bench.train_rl(cli_sft, fmt, tok, s["train_heads"], 0, log=None, steps=1)
+    cli_rl, _, _ = ft.load_sft(trained["rl"])
+    for name, tensor in cli_rl.state_dict().items():
+        assert torch.equal(tensor, rl_model.state_dict()[name]), name
+
+
+def test_shipped_checkpoints_record_the_cli_recipes() -> None:
+    """What the shipped files say they were trained with is the command line's defaults."""
+    sft = torch.load(cli.FINETUNE_CHECKPOINTS["sft"], weights_only=True)["settings"]
+    lora = torch.load(cli.FINETUNE_CHECKPOINTS["lora"], weights_only=True)["settings"]
+    rl = torch.load(cli.FINETUNE_CHECKPOINTS["rl"], weights_only=True)["settings"]
+    assert sft == cli.FINETUNE_DEFAULTS["sft"] and lora == cli.FINETUNE_DEFAULTS["lora"]
+    assert {k: rl[k] for k in cli.FINETUNE_DEFAULTS["rl"]} == cli.FINETUNE_DEFAULTS["rl"]

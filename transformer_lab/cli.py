@@ -906,8 +906,9 @@ def _require_vocabulary(tokenizer: TextTokenizer, texts: Sequence[str], option: 
     missing = sorted({c for text in texts for c in text} - known)
     if missing:
         _fail(
-            f"{option} has no token for {len(missing)} of the characters of the Tang poems and their instructions "
-            f"(e.g. {''.join(missing[:5])!r}): pass a model trained on the Tang corpus such as gpt_tang.pt (the default)"
+            f"{option} has no token for {len(missing)} of the characters of the Tang poems and their "
+            f"instructions (e.g. {''.join(missing[:5])!r}): pass a model trained on the Tang corpus such as "
+            "gpt_tang.pt (the default)"
         )
 
 
@@ -937,7 +938,9 @@ def _sft_command(args: argparse.Namespace) -> int:
     fmt = ft.SFTFormat(tokenizer.vocab_size)
     splits = ft.sft_splits(load_corpus("tang"))
     _require_vocabulary(
-        tokenizer, [e.prompt + e.response for part in ("train", "validation") for e in splits[part]], f"--base {args.base}"
+        tokenizer,
+        [e.prompt + e.response for part in ("train", "validation") for e in splits[part]],
+        f"--base {args.base}",
     )
     train = ft.encode_examples(splits["train"], fmt, tokenizer)
     valid = ft.encode_examples(splits["validation"], fmt, tokenizer)

@@ -740,7 +740,8 @@ def save_lora(
     }  # fmt: skip
     checkpoint = {"kind": LORA_KIND, "layers": layers, "base_fingerprint": base_fingerprint(model, new_rows), **extra}
     if new_rows:
-        checkpoint["token_rows"] = model.token_embedding.weight[-new_rows:].detach().cpu().to(dtype).clone()  # (rows, D)
+        rows = model.token_embedding.weight[-new_rows:]  # (new_rows, D)
+        checkpoint["token_rows"] = rows.detach().cpu().to(dtype).clone()
     torch.save(checkpoint, path)
 
 
