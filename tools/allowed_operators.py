@@ -288,7 +288,14 @@ def from_tests() -> dict[str, set[str]]:
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 imports.append(node)
         namespace: dict = {"__name__": "allowed_operators_tests"}
-        for node in imports:
+        # the file's imports, then its helpers and constants (what an answer written in a test may call)
+        helpers = [
+            node
+            for node in tree.body
+            if isinstance(node, (ast.Assign, ast.AnnAssign, ast.ClassDef))
+            or (isinstance(node, ast.FunctionDef) and not node.name.startswith("test_"))
+        ]
+        for node in [*imports, *helpers]:
             with contextlib.suppress(Exception):  # a test helper module (support, ...) is not needed here
                 exec(compile(ast.Module(body=[node], type_ignores=[]), str(path), "exec"), namespace)  # noqa: S102
         for test in tree.body:
