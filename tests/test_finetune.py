@@ -972,12 +972,18 @@ def test_sft_gradient_is_zero_at_prompt_positions() -> None:
     assert hidden.grad[~mask].abs().max() == 0 and hidden.grad[mask].abs().max() > 0
 
 
-def test_lora_adapter_with_new_rows_round_trips(tmp_path) -> None:  # noqa: ANN001
+def lora_trained_with_new_rows():  # noqa: ANN201 - (base, model with LoRA, encoded data)
+    """A tiny poem model and a copy of it with LoRA on w_q and w1, trained 3 steps with the 3 added rows."""
     model, tokenizer, fmt = tiny_poem_model()
     base = copy.deepcopy(model)
     ft.apply_lora(model, ["w_q", "w1"], rank=2, alpha=4.0)
     data = ft.encode_examples([("藏头春夏秋冬", POEM)], fmt, tokenizer)
     ft.sft(model, data, steps=3, batch_size=2, lr=1e-2, warmup=1, new_rows=3)
+    return base, model, data
+
+
+def test_lora_adapter_with_new_rows_round_trips(tmp_path) -> None:  # noqa: ANN001
+    base, model, data = lora_trained_with_new_rows()
     ft.save_lora(model, tmp_path / "a.pt", new_rows=3)
     loaded = ft.load_lora(copy.deepcopy(base), tmp_path / "a.pt")
     x = data[0]
@@ -993,11 +999,7 @@ def test_lora_adapter_with_new_rows_round_trips(tmp_path) -> None:  # noqa: ANN0
 
 
 def test_lora_adapter_in_float16_loads_as_float32(tmp_path) -> None:  # noqa: ANN001
-    model, tokenizer, fmt = tiny_poem_model()
-    base = copy.deepcopy(model)
-    ft.apply_lora(model, ["w_q", "w1"], rank=2, alpha=4.0)
-    data = ft.encode_examples([("藏头春夏秋冬", POEM)], fmt, tokenizer)
-    ft.sft(model, data, steps=3, batch_size=2, lr=1e-2, warmup=1, new_rows=3)
+    base, model, _ = lora_trained_with_new_rows()
     ft.save_lora(model, tmp_path / "half.pt", new_rows=3, half=True)
     raw = torch.load(tmp_path / "half.pt", weights_only=True)
     stored = [t for layer in raw["layers"].values() for t in (layer["A"], layer["B"])] + [raw["token_rows"]]
