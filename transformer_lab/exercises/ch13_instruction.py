@@ -299,8 +299,8 @@ lora_forward = Exercise(
         ),
         Mistake(
             _lora_no_scale,
-            "the update was not scaled: LoRA multiplies B A by alpha / r, so that changing the rank does not change "
-            "the update's size at the start of training.",
+            "the update was not scaled: LoRA multiplies B A by alpha / r, so that the learning rate need not be "
+            "tuned again when the rank changes.",
         ),
         Mistake(
             _lora_alpha_scale,
@@ -364,6 +364,12 @@ def _advantages_max_baseline(rewards):  # noqa: ANN001, ANN202
     return rewards - rewards.max(dim=1, keepdim=True).values  # the best sample as baseline
 
 
+def _advantages_leave_one_out(rewards):  # noqa: ANN001, ANN202
+    group = rewards.shape[1]
+    others = (rewards.sum(dim=1, keepdim=True) - rewards) / (group - 1)  # the mean of the OTHER samples
+    return rewards - others
+
+
 def _advantages_with_library(rewards):  # noqa: ANN001, ANN202
     return finetune.group_advantages(rewards)
 
@@ -424,6 +430,11 @@ group_advantages = Exercise(
             "them up, though none was better than another.",
         ),
         Mistake(
+            _advantages_leave_one_out,
+            "each sample's baseline left the sample itself out (RLOO's leave-one-out mean): here the baseline is the "
+            "mean of the whole group, the sample included.",
+        ),
+        Mistake(
             _advantages_max_baseline,
             "the best sample of each group was the baseline: every advantage is then 0 or negative. The baseline is "
             "the group's mean.",
@@ -479,6 +490,16 @@ def _rhyme(text):  # noqa: ANN001, ANN202
         return False
     second, fourth = finetune.rhyme_class(pieces[1][-1]), finetune.rhyme_class(pieces[3][-1])
     return second is not None and second == fourth
+
+
+def _reward_fixed_offsets(text, heads):  # noqa: ANN001, ANN202
+    lines = [text[6 * i : 6 * i + 5] for i in range(4)]  # the lines where a quatrain in form has them
+    acrostic = all(line[:1] == head for line, head in zip(lines, heads, strict=True))
+    rhyme = False
+    if lines[1] and lines[3]:
+        second, fourth = finetune.rhyme_class(lines[1][-1]), finetune.rhyme_class(lines[3][-1])
+        rhyme = second is not None and second == fourth
+    return (_form(text) + acrostic + rhyme) / 3
 
 
 def _reward_all_or_nothing(text, heads):  # noqa: ANN001, ANN202
@@ -622,6 +643,11 @@ poem_reward = Exercise(
     level="harder",
     kind="transfer",
     mistakes=[
+        Mistake(
+            _reward_fixed_offsets,
+            "acrostic and rhyme read the lines at fixed positions (text[6 i : 6 i + 5]): cut the text at the marks "
+            "instead, so that a line of six characters still has its head and its last character.",
+        ),
         Mistake(
             _reward_all_or_nothing,
             "the reward was 1 only when all three checks pass, 0 otherwise: a policy that has learned the form but "
