@@ -2,7 +2,8 @@
 
 From a clean copy of the checkout (the files git tracks or would track: no build/, no .venv, no my_notebooks),
 `python -m build` makes the sdist and, from it, the wheel. The wheel is installed with --no-deps into a fresh
-virtual environment in a temporary folder; the dependencies (torch, JupyterLab, ...) come from this environment
+virtual environment in a temporary folder, as `attention-transformer-course[lab]` (JupyterLab is the [lab] extra, not
+a dependency: its Requires-Dist are checked); the dependencies (torch, JupyterLab, ...) come from this environment
 through a .pth file, as in tests/test_binder.py, since installing them afresh needs the network. Then, in a folder
 that is not the repository, `transformer-lab lab --no-browser --dir X` makes the working copy from the chapters
 the wheel carries and starts JupyterLab, whose API must answer; a second run, after the course's version of a
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -107,19 +109,56 @@ def test_the_wheel_and_the_sdist_carry_every_chapter_in_both_languages(built):
     assert size < MAX_WHEEL_MB, f"the wheel is {size:.1f} MB"
 
 
+def test_the_wheel_brings_jupyterlab_only_with_its_lab_extra(built):
+    """The hosted install lines ask for `[equality]`: its requirements and the plain ones must bring no JupyterLab and
+    no kernel, which would replace the ones a hosted runtime pins (Colab's ipykernel 5.5.6, IPython 7.34); `[lab]`,
+    for `transformer-lab lab`, has them."""
+    with zipfile.ZipFile(built["wheel"]) as archive:
+        (name,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        metadata = archive.read(name).decode("utf-8")
+    hosted, lab = set(), set()
+    for line in metadata.splitlines():
+        if line.startswith("Requires-Dist: "):
+            requirement, _, marker = line.removeprefix("Requires-Dist: ").partition(";")
+            project = re.match(r"[A-Za-z0-9_.-]+", requirement).group(0).lower()
+            if not marker.strip() or 'extra == "equality"' in marker:
+                hosted.add(project)
+            elif 'extra == "lab"' in marker:
+                lab.add(project)
+    kernel = {"jupyterlab", "ipykernel", "jupyterlab-language-pack-zh-cn", "notebook", "jupyter-server", "jupyter"}
+    assert "torch" in hosted and not hosted & kernel, sorted(hosted)
+    assert {"jupyterlab", "ipykernel", "jupyterlab-language-pack-zh-cn"} <= lab, sorted(lab)
+
+
 def test_transformer_lab_lab_from_the_installed_wheel(built):
     tmp, course, chapters, chapters_zh = built["tmp"], built["course"], built["en"], built["zh"]
     venv = tmp / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True)
     bin_dir = venv / ("Scripts" if os.name == "nt" else "bin")
     python = bin_dir / ("python.exe" if os.name == "nt" else "python")
+    # the course with its [lab] extra, as docs/installing.md says; --no-deps, so the extra's packages (JupyterLab,
+    # ipykernel, the Chinese language pack) come from this environment: they must be there, in the extra's ranges
+    requirement = f"attention-transformer-course[lab] @ {built['wheel'].resolve().as_uri()}"
     install = subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", str(built["wheel"])],
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", requirement],
         capture_output=True,
         text=True,
     )
     assert install.returncode == 0, install.stderr[-3000:]
     site = share_dependencies(python)
+    check = (
+        "import importlib.metadata as m\n"
+        "from packaging.requirements import Requirement\n"
+        "lab = [Requirement(r) for r in m.requires('attention-transformer-course')]\n"
+        "lab = [r for r in lab if r.marker is not None and r.marker.evaluate({'extra': 'lab'})]\n"
+        "assert lab, 'no [lab] extra'\n"
+        "for r in lab:\n"
+        "    assert r.specifier.contains(m.version(r.name), prereleases=True), (r, m.version(r.name))\n"
+        "print(sorted(r.name for r in lab))\n"
+    )
+    met = subprocess.run([python, "-c", check], cwd=venv, capture_output=True, text=True)  # not the checkout's
+    assert met.returncode == 0, met.stderr[-3000:]
+    assert "jupyterlab" in met.stdout and "ipykernel" in met.stdout, met.stdout
     away = tmp / "elsewhere"  # not the repository: the chapters must come from the wheel
     away.mkdir()
     shared = Path(sys.prefix) / "share" / "jupyter"
