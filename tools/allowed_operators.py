@@ -48,7 +48,8 @@ from transformer_lab.exercises.runner import OperatorRecord  # noqa: E402
 
 OUT = ROOT / "transformer_lab" / "exercises" / "operators.json"
 SECRETS = (20261202, 7)
-#: generic operators no tag names: indexing, creation, copying, sorting, matrix products, random numbers
+#: generic operators no tag names: indexing, creation, copying, sorting, matrix products, random numbers, comparisons
+#: of whole tensors (`torch.allclose`), integer division (`//`) and complex numbers (`torch.polar`)
 BASIC = frozenset(
     """
     index index_put index_put_ _index_put_impl_ index_select gather scatter scatter_add scatter_reduce masked_fill
@@ -63,6 +64,7 @@ BASIC = frozenset(
     multinomial exponential_ random_ scalar_tensor _assert_async _assert_scalar set_ isin _unsafe_view
     index_add index_add_ index_copy index_fill masked_fill constant_pad_nd pad new_empty new_zeros new_ones new_full
     new_empty_strided as_strided as_strided_ _reshape_alias view reshape flatten unflatten
+    allclose isclose equal floor_divide polar complex block_diag cartesian_prod argwhere
     """.split()
 )
 #: names of finished layers: never generic, whatever their tags say
