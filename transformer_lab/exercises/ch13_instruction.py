@@ -119,6 +119,16 @@ def _loss_summed(logits, targets, mask):  # noqa: ANN001, ANN202
     return (_token_losses(logits, targets) * mask).sum()  # never divided
 
 
+def _loss_sum_per_row(logits, targets, mask):  # noqa: ANN001, ANN202
+    return (_token_losses(logits, targets) * mask).sum(1).mean()  # each example's sum, then the mean over examples
+
+
+def _loss_wrong_dimension(logits, targets, mask):  # noqa: ANN001, ANN202
+    logp = logits - logits.logsumexp(dim=1, keepdim=True)  # normalised over the positions, not the vocabulary
+    losses = -logp.gather(-1, targets[..., None])[..., 0]
+    return (losses * mask).sum() / mask.sum()
+
+
 def _loss_with_library(logits, targets, mask):  # noqa: ANN001, ANN202
     return finetune.response_loss(logits, targets, mask)
 
@@ -183,8 +193,18 @@ response_loss = Exercise(
             "position t (the format shifted them), so logits[:, t] scores targets[:, t] as they stand.",
         ),
         Mistake(
+            _loss_sum_per_row,
+            "each example's losses were added up, and only those sums averaged over the examples: the loss then "
+            "grows with the responses' length. Divide by the number of response positions of the whole batch.",
+        ),
+        Mistake(
             _loss_summed,
             "the response positions' losses were added up but never divided: the loss would grow with the batch.",
+        ),
+        Mistake(
+            _loss_wrong_dimension,
+            "the log-probabilities were normalised over the positions (dim 1): a position's probabilities run over "
+            "the vocabulary, the last dimension.",
         ),
     ],
     forbidden=[finetune.response_loss, finetune.token_logprobs],
