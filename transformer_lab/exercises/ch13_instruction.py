@@ -651,6 +651,8 @@ poem_reward = Exercise(
         ),
         _poem_case("a line of six characters", "白日依山尽，黄河入海奔流。欲穷千里目，更上一层楼。", "白黄欲更"),
         _poem_case("two lines only", "春眠不觉晓，处处闻啼鸟。", "春处夜花"),
+        _poem_case("lines ending in Latin letters, which have no rhyme class", "春眠不觉a，处处闻啼b。夜来风雨c，花落知多d。", "春处夜花"),
+        _poem_case("an empty line between two marks", "春眠不觉晓，，处处闻啼鸟。夜来风雨声，花落知多少。", "春处夜花"),
     ],
     hints=[
         "Three checks, each True or False: form, acrostic, rhyme. The reward is the share of them that pass (0, "
