@@ -11,10 +11,10 @@ Slow (a hosted runtime, tools/hosted_check.py's machinery): the wheel is built f
 this environment's PyTorch, JupyterLab, ipykernel, matplotlib and the wheel's other dependencies but not the course,
 and chapters 00 and 01 are copied alone into an empty folder and executed there, in English and in Chinese, with
 TRANSFORMER_LAB_WHEEL pointing at the wheel. Each installs the course, prints the one line, and runs to the end, and
-PyTorch's files are the same afterwards. Measured on the shared 2-core machine beside other jobs: 11 min 12 s
-for the four (the wheel built in 58 s, the venv made in 151 s, the chapters 81-151 s each with the install);
-pip's install itself is 3 s of CPU, the rest is waiting for a share of the cores. Without
-git, `build` or a way to make the venv, it skips saying why, except under CI.
+PyTorch's files are the same afterwards, as are the kernel's (ipykernel, IPython, jupyter_client). Measured on the
+shared 2-core machine beside other jobs: 11 min 12 s for the four (the wheel built in 58 s, the venv made in 151 s,
+the chapters 81-151 s each with the install); pip's install itself is 3 s of CPU, the rest is waiting for a share of
+the cores. Without git, `build` or a way to make the venv, it skips saying why, except under CI.
 """
 
 from __future__ import annotations
@@ -248,7 +248,26 @@ def runtime(tmp_path_factory):
         python = hosted.make_runtime(work / "venv", wheel)
     except RuntimeError as error:
         require(False, f"cannot make the hosted runtime's venv here: {str(error)[:300]}")
-    return {"hosted": hosted, "work": work, "wheel": wheel, "python": python, "torch": hosted.torch_fingerprint(python)}
+    return {
+        "hosted": hosted,
+        "work": work,
+        "wheel": wheel,
+        "python": python,
+        "torch": hosted.torch_fingerprint(python),
+        "kernel": kernel_fingerprint(python),
+    }
+
+
+def kernel_fingerprint(python: pathlib.Path) -> str:
+    """The runtime's kernel packages (ipykernel, IPython, jupyter_client) as installed: versions and RECORDs."""
+    code = (
+        "import importlib.metadata as m\n"
+        "for name in ('ipykernel', 'ipython', 'jupyter_client'):\n"
+        "    d = m.distribution(name); print(name, d.version); print(d.read_text('RECORD'))\n"
+    )
+    found = subprocess.run([python, "-c", code], capture_output=True, text=True)
+    assert found.returncode == 0, found.stderr[-500:]
+    return found.stdout
 
 
 @pytest.mark.slow
@@ -264,5 +283,8 @@ def test_a_chapter_installs_the_course_and_runs_to_the_end_on_a_fresh_runtime(ru
     lines = result["setup_output"].splitlines()
     assert lines[:1] == [hosted.expected_line(wheel, torch)], result["setup_output"]
     assert sum(line.startswith("installed transformer_lab") for line in lines) == 1
+    # pip's own lines (as root here, as on Colab and Kaggle: its root-user warning) are not shown
+    assert not [line for line in lines if line.startswith(("WARNING", "[notice]", "ERROR"))], result["setup_output"]
     assert hosted.torch_fingerprint(python) == runtime["torch"], "the install replaced PyTorch"
+    assert kernel_fingerprint(python) == runtime["kernel"], "the install replaced the runtime's kernel packages"
     print(f"{language}/{chapter}: {result['wall']:.0f} s on a fresh runtime, the install included")
