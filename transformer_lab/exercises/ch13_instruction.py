@@ -296,10 +296,10 @@ lora_forward = Exercise(
     "lora_forward",
     reference=_lora_forward_reference,
     cases=[
-        _lora_case("a square layer (in = out = 4), rank 2, alpha 4", (3,), 4, 4, 2, 4.0, seed=135),
+        _lora_case("a square layer (in = out = 4), rank 2, alpha 3", (3,), 4, 4, 2, 3.0, seed=135),
         _lora_case("in = 6, out = 3, rank 1, alpha 2", (2,), 6, 3, 1, 2.0, seed=136),
-        _lora_case("in = 5, out = 8, rank 4, alpha 8", (4,), 5, 8, 4, 8.0, seed=137),
-        _lora_case("a (B, T, in) input: B = 2, T = 3; in = out = 6, rank 3, alpha 6", (2, 3), 6, 6, 3, 6.0, seed=138),
+        _lora_case("in = 5, out = 8, rank 4, alpha 6", (4,), 5, 8, 4, 6.0, seed=137),
+        _lora_case("a (B, T, in) input: B = 2, T = 3; in = out = 6, rank 3, alpha 9", (2, 3), 6, 6, 3, 9.0, seed=138),
         _lora_case("alpha equal to the rank (scale 1): in = 4, out = 7, rank 2", (3,), 4, 7, 2, 2.0, seed=139),
     ],
     hints=[
