@@ -9,19 +9,20 @@ import importlib.util
 import pytest
 import torch
 import torch.nn.functional as F
+from support import require
 from torch import nn
 
 from transformer_lab import finetune
 from transformer_lab.exercises import ch13_instruction as ex
-
-from support import require
 
 
 @pytest.fixture(autouse=True)
 def _needs_pypinyin() -> None:
     """The rewards read rhymes with pypinyin, a requirement of the package: skipped locally without it, a failure
     under CI (support.require)."""
-    require(importlib.util.find_spec("pypinyin") is not None, "pypinyin is not installed (pip install -r requirements.txt)")
+    require(
+        importlib.util.find_spec("pypinyin") is not None, "pypinyin is not installed (pip install -r requirements.txt)"
+    )
 
 
 def _feedback(exercise, answer, language: str = "en") -> str:  # noqa: ANN001

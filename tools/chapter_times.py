@@ -38,6 +38,21 @@ def _text(cell: dict) -> str:
     return "".join(source) if isinstance(source, list) else source
 
 
+INSTALL_IF = 'if importlib.util.find_spec("transformer_lab") is None:'
+
+
+def without_install_lines(code: str) -> str:
+    """A setup cell's code without the hosted-runtime install lines at its top (tools/install_cell.py), which a
+    learner does not read as part of the chapter: the comments and import before the `if`, and its indented body."""
+    lines = code.splitlines()
+    if INSTALL_IF not in lines:
+        return code
+    start = lines.index(INSTALL_IF) + 1
+    while start < len(lines) and (not lines[start].strip() or lines[start].startswith((" ", "\t"))):
+        start += 1
+    return "\n".join(lines[start:])
+
+
 def estimate(notebook: dict) -> dict[str, float]:
     """{reading, exercises, computation, total} in minutes, and the counts they come from."""
     cells = notebook.get("cells", [])
@@ -46,7 +61,7 @@ def estimate(notebook: dict) -> dict[str, float]:
         1
         for c in cells
         if c.get("cell_type") == "code"
-        for line in _text(c).splitlines()
+        for line in without_install_lines(_text(c)).splitlines()
         if line.strip() and not line.strip().startswith("#")
     )
     levels = [m.group(1) for c in cells if c.get("cell_type") == "markdown" for m in LEVEL.finditer(_text(c))]

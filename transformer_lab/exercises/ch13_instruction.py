@@ -582,7 +582,10 @@ LOU_TOU = "江上一孤舟，风吹过小楼。山中无客至，月色上枝头
 
 
 #: characters a hidden case draws its poem's inner characters, heads and line-4 ending from (each has a class)
-_DRAWN = "山水风月花春秋天日云雨江人不一来无中有时何上下明清白青长高深远孤城门前归去夜寒烟草木树林鸟声落叶光色石松竹岸舟"
+_DRAWN = (
+    "山水风月花春秋天日云雨江人不一来无中有时何上下明清白青长高深远"
+    "孤城门前归去夜寒烟草木树林鸟声落叶光色石松竹岸舟"
+)
 #: the visible cases' draw: with these very numbers the poem is the case's own; a graded class's hidden case
 #: moves them ("noise", seeded by the submission's secret) and so draws another poem
 _VISIBLE_DRAW = (0.25, 0.5, 0.75)
@@ -651,7 +654,11 @@ poem_reward = Exercise(
         ),
         _poem_case("a line of six characters", "白日依山尽，黄河入海奔流。欲穷千里目，更上一层楼。", "白黄欲更"),
         _poem_case("two lines only", "春眠不觉晓，处处闻啼鸟。", "春处夜花"),
-        _poem_case("lines ending in Latin letters, which have no rhyme class", "春眠不觉a，处处闻啼b。夜来风雨c，花落知多d。", "春处夜花"),
+        _poem_case(
+            "lines ending in Latin letters, which have no rhyme class",
+            "春眠不觉a，处处闻啼b。夜来风雨c，花落知多d。",
+            "春处夜花",
+        ),
         _poem_case("an empty line between two marks", "春眠不觉晓，，处处闻啼鸟。夜来风雨声，花落知多少。", "春处夜花"),
     ],
     hints=[
