@@ -19,7 +19,8 @@ seed for every stage.
 Stages:
   (a) the base model prompted with one example: "藏头" + heads + the example poem + newline + "藏头" + heads;
       the text up to the next newline is its answer (the context is 64 tokens; this fills 63 of them);
-  (b) the base model, each line's first character forced (constrained decoding): acrostic by construction;
+  (b) the base model, each line's first character forced (constrained decoding): every line that starts gets its
+      head, though the model still chooses where lines end;
   (c) SFT, all weights, on both instruction kinds (藏头 and 续写) of the seen poems;
   (c') from (c): rejection sampling on the training poems' heads (4 samples each, those passing all three checks
       kept) and SFT on them;
@@ -190,7 +191,9 @@ def trainable(model) -> int:
 
 
 def state_bytes(count: int) -> int:
-    """The training state a parameter count costs: its gradient and AdamW's two moments, float32 each."""
+    """The training state a parameter count costs: its gradient and AdamW's two moments, float32 each. For the LoRA
+    run this counts A, B and the 3 token rows; the run itself holds more, since the rows belong to the tied
+    embedding, which AdamW gets whole (9.21 MiB measured in chapter 13, against 17.54 MiB for full SFT)."""
     return 3 * 4 * count
 
 

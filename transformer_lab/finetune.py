@@ -1041,9 +1041,11 @@ def generate_forced_heads(
 ) -> Tensor:
     """Sample a continuation of each prompt in which every line BEGINS with the asked head: the first new token,
     and the token after each "，" or "。", is replaced by the next head until the four are placed (constrained
-    decoding, chapter 13's stage b). Acrostic by construction, whatever the model: this is not instruction
-    following (the model is never asked, it is overruled), and the rest of each line is written after a head
-    the model may find unlikely. With the KV cache: the prompts run once, then one token per step.
+    decoding, chapter 13's stage b). Each line that starts gets its head, whatever the model; where a line ends,
+    and with which mark, the model still chooses, so an answer read up to its second "。" can miss a head (2 in
+    1,000 samples measured). This is not instruction following (the model is never asked, it is overruled), and
+    the rest of each line is written after a head the model may find unlikely. With the KV cache: the prompts run
+    once, then one token per step.
 
     Args:
         idx: (B, T0) prompts of one length (any prompt: a base model's one-shot example, or an SFT prompt).
