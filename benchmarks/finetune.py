@@ -149,9 +149,7 @@ def base_one_shot(s: dict, seed: int) -> dict:
     generator = torch.Generator().manual_seed(seed)
     for name, heads in s["heads"].items():
         prompts = [ex.prompt + ex.response + "\n" + ft.acrostic_prompt(h) for h in heads]
-        idx = torch.tensor(
-            [tok.encode(p).tolist() if hasattr(tok.encode(p), "tolist") else tok.encode(p) for p in prompts]
-        )
+        idx = torch.tensor([list(tok.encode(p)) for p in prompts])
         length = idx.shape[1]
         new = model.generate(
             idx, model.config.block_size - length, temperature=SETTINGS["temperature"], generator=generator

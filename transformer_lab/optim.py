@@ -82,6 +82,16 @@ __all__ = [
 # ---------------------------------------------------------------- AdamW (chapter 10)
 
 
+def _check_betas(betas: object) -> None:
+    """AdamW's two betas, as make_adamw and make_muon take them: two numbers in [0, 1)."""
+    if (
+        not isinstance(betas, (tuple, list))
+        or len(betas) != 2
+        or not all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0.0 <= b < 1.0 for b in betas)
+    ):
+        raise ValueError(f"betas must be two numbers in [0, 1), e.g. (0.9, 0.99), got {betas!r}")
+
+
 #: Where `make_adamw` uses PyTorch's fused AdamW by default: the devices the course runs on that have it.
 FUSED_ADAMW_DEVICES = ("cpu", "cuda")
 
@@ -127,12 +137,7 @@ def make_adamw(
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
     check_number("lr", lr, positive=True)
     check_number("weight_decay", weight_decay, non_negative=True)
-    if (
-        not isinstance(betas, (tuple, list))
-        or len(betas) != 2
-        or not all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0.0 <= b < 1.0 for b in betas)
-    ):
-        raise ValueError(f"betas must be two numbers in [0, 1), e.g. (0.9, 0.99), got {betas!r}")
+    _check_betas(betas)
     params = [p for p in model.parameters() if p.requires_grad]
     groups = [
         {"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
@@ -498,12 +503,7 @@ def make_muon(
     roles = parameter_roles(model, blocks)
     check_number("adamw_lr", adamw_lr, non_negative=True)
     check_number("adamw_weight_decay", adamw_weight_decay, non_negative=True)
-    if (
-        not isinstance(betas, (tuple, list))
-        or len(betas) != 2
-        or not all(isinstance(b, (int, float)) and not isinstance(b, bool) and 0.0 <= b < 1.0 for b in betas)
-    ):
-        raise ValueError(f"betas must be two numbers in [0, 1), e.g. (0.9, 0.99), got {betas!r}")
+    _check_betas(betas)
     named = dict(model.named_parameters())
     by_role = {role: [(n, named[n]) for n, r in roles.items() if r == role] for role in (MUON, ADAMW, ADAMW_NO_DECAY)}
     if not by_role[MUON]:
