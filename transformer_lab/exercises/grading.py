@@ -50,8 +50,14 @@ from transformer_lab import i18n
 from transformer_lab.exercises import policy
 from transformer_lab.exercises.core import Exercise, _needs_grad
 from transformer_lab.exercises.runner import ShortcutBlocked, float_leaves, plain
-from transformer_lab.exercises.sandbox import Limits, SandboxServer, SandboxUnavailable, font_cache, probe
-from transformer_lab.exercises.sandbox import stripped_package as _stripped_package
+from transformer_lab.exercises.sandbox import (
+    Limits,
+    SandboxServer,
+    SandboxUnavailable,
+    font_cache,
+    probe,
+    stripped_package,
+)
 from transformer_lab.i18n import message as _m
 from transformer_lab.i18n import text as _t
 
@@ -287,15 +293,6 @@ class GradingSession:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def stripped_package(dest: pathlib.Path) -> pathlib.Path:
-    """`sandbox.stripped_package`: the copy of the package a sandbox reads, written into `dest`; less the learner
-    edition's chapters that a wheel installs into the package (`transformer_lab/notebooks/`, `setup.py`): a
-    sandbox runs no notebook, and an installed course would otherwise copy them (about 10 MB) for every grading run."""
-    made = _stripped_package(dest)
-    shutil.rmtree(made / "transformer_lab" / "notebooks", ignore_errors=True)
-    return made
 
 
 class StudentSandbox:

@@ -99,7 +99,9 @@ class Limits:
 def stripped_package(dest: pathlib.Path) -> pathlib.Path:
     """Write the copy of `transformer_lab` a sandbox reads into `dest/transformer_lab`; return `dest`.
 
-    The package's data files (`assets/`) are not copied: the sandbox mounts the teacher's read-only.
+    The package's data files (`assets/`) are not copied: the sandbox mounts the teacher's read-only. Nor is the
+    learner edition a wheel installs into the package (`notebooks/`, setup.py): a sandbox runs no notebook, and an
+    installed course would otherwise copy its chapters (about 10 MB) for every grading run.
     """
     dest = pathlib.Path(dest)
     target = dest / "transformer_lab"
@@ -108,7 +110,7 @@ def stripped_package(dest: pathlib.Path) -> pathlib.Path:
         here = pathlib.Path(folder)
         skipped = {n for n in names if n == "__pycache__" or n.endswith(".pyc")}
         if here == PACKAGE:
-            skipped.add("assets")
+            skipped |= {"assets", "notebooks"}
         if here == PACKAGE / "exercises":
             skipped |= GRADER_ONLY & set(names)
         if here == PACKAGE / "locale":
