@@ -15,11 +15,11 @@ import re
 import nbformat
 import pytest
 
-from transformer_lab.exercises.core import KIND_TITLES, LEVELS
+from transformer_lab.exercises.core import LEVELS
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SOURCES = sorted((ROOT / "notebooks" / "solutions").glob("[0-9][0-9]_*.ipynb"))
-HEADING = re.compile(r"^#{2,4} .*\((easy|medium|harder), (build|debug the notes|predict|transfer)\)", re.M)
+HEADING = re.compile(r"^#{2,4} .*\((easy|medium|harder), (build|debug the (?:notes|code)|predict|transfer)\)", re.M)
 IMPORT = re.compile(r"from transformer_lab\.exercises import (\w+) as exercises")
 CHECK = re.compile(r"^exercises\.(\w+)\.check\((\w+)\)\s*$", re.M)
 
@@ -71,7 +71,7 @@ def test_headings_agree_with_the_exercises_and_levels_never_go_down(path):
         assert exercise is not None, f"{path.name}: exercises.{item['name']} is not in the chapter's module"
         assert item["heading"] is not None, f"{path.name}: no '(LEVEL, KIND)' heading above {item['name']}"
         level, kind, _ = item["heading"]
-        assert (level, kind) == (exercise.level, KIND_TITLES[exercise.kind]), (
+        assert (level, kind) == (exercise.level, exercise.kind_title), (
             f"{path.name}: the heading of {item['name']} says ({level}, {kind}), the exercise is ({exercise.title})"
         )
         assert LEVELS.index(level) >= previous, f"{path.name}: {item['name']} ({level}) comes after a harder one"

@@ -145,6 +145,17 @@ def test_an_honest_lora_with_einsum_passes() -> None:
     assert ex.lora_forward.run(honest).passed
 
 
+def test_the_debug_exercise_is_titled_for_the_chapters_code_not_the_notes() -> None:
+    from transformer_lab.exercises.core import Case, Exercise
+
+    # the notes (../shared/seeds) have no LoRA: the bugs are in the code the chapter gives, and the title says so
+    assert (ex.lora_forward.kind, ex.lora_forward.title) == ("debug", "medium, debug the code")
+    options = {"reference": lambda: 1, "cases": [Case("one", lambda: ())], "hints": ["h"], "level": "easy"}
+    assert Exercise("e", kind="debug", **options).title == "easy, debug the notes"  # the default: the notes' mistake
+    with pytest.raises(ValueError, match="kind_title"):
+        Exercise("e", kind="build", kind_title="debug the code", **options)  # only a "debug" exercise may say it
+
+
 # --- 4. group advantages ------------------------------------------------------------------------
 
 

@@ -29,7 +29,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 READING_WPM = 150
 CODE_LINES_PER_MINUTE = 12
 EXERCISE_MINUTES = {"easy": 5, "medium": 10, "harder": 15}
-LEVEL = re.compile(r"\((easy|medium|harder), (?:build|debug the notes|predict|transfer)\)")
+LEVEL = re.compile(r"\((easy|medium|harder), (?:build|debug the (?:notes|code)|predict|transfer)\)")
 TIME_LINE = re.compile(r"(\*\*Time:\*\* about [^\n]*?\.(?=\s|$)|\*About \d+ minutes\.\*)")
 
 

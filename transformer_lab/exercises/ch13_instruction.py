@@ -2,7 +2,7 @@
 
 1. `predict_lora_parameters`: how many numbers a LoRA of rank 8 trains on one layer (easy, predict).
 2. `response_loss`: the SFT loss, counted on the response tokens only (medium, build).
-3. `lora_forward`: a LoRA layer's output and its merged weight, mended (medium, debug).
+3. `lora_forward`: a LoRA layer's output and its merged weight, mended (medium, debug the code).
 4. `group_advantages`: each sample's reward against its own group's mean (medium, build).
 5. `poem_reward`: the reward of a 藏头诗, a plain function of the text (harder, transfer).
 
@@ -311,6 +311,7 @@ lora_forward = Exercise(
     ],
     level="medium",
     kind="debug",
+    kind_title="debug the code",  # the bugs are in the code the chapter gives: the notes have no LoRA
     mistakes=[
         Mistake(
             _lora_as_given,

@@ -57,6 +57,8 @@ KIND_TITLES = {
     "predict": "predict",
     "transfer": "transfer",
 }
+# a "debug" exercise whose mistake is in code its chapter gives (the notes have none on the subject) says so
+OTHER_KIND_TITLES = {"debug": ("debug the code",)}
 NOT_DONE = "not done yet"
 HIDDEN_MODES = ("noise", "scale", "same")
 
@@ -416,6 +418,8 @@ class Exercise:
         hints: the hints in steps, a first nudge first; the last stops one step short of the answer.
         level: "easy", "medium" or "harder".
         kind: "build", "debug" (debug the notes), "predict" or "transfer".
+        kind_title: the heading's name for the kind when it is not `KIND_TITLES[kind]`, one of
+            `OTHER_KIND_TITLES[kind]` ("debug the code": the mistake is in code the chapter gives, not in the notes).
         run: how to call a candidate on a case's inputs (default `candidate(*inputs)`); an
             exercise about a class can build it, copy weights, and call it here.
         wrong: known-wrong solutions, used by the tests to prove `check()` rejects them.
@@ -445,6 +449,7 @@ class Exercise:
         *,
         level: str,
         kind: str,
+        kind_title: str | None = None,
         run: Callable[..., Any] | None = None,
         wrong: Sequence[Callable[..., Any]] = (),
         mistakes: Sequence[Mistake] = (),
@@ -462,12 +467,18 @@ class Exercise:
             raise ValueError(f"level: expected one of {LEVELS}, got {level!r}")
         if kind not in KINDS:
             raise ValueError(f"kind: expected one of {KINDS}, got {kind!r}")
+        if kind_title is not None and kind_title not in OTHER_KIND_TITLES.get(kind, ()):
+            raise ValueError(
+                f"kind_title: expected None or one of {OTHER_KIND_TITLES.get(kind, ())} for kind {kind!r}, "
+                f"got {kind_title!r}"
+            )
         self.name = name
         self.reference = reference
         self.cases = list(cases)
         self.hints = [textwrap.dedent(h).strip() for h in hints]
         self.level = level
         self.kind = kind
+        self.kind_title = kind_title or KIND_TITLES[kind]  # what the exercise's heading calls its kind
         self._run = run or (lambda candidate, *inputs: candidate(*inputs))
         self.mistakes = list(mistakes)
         if not all(isinstance(m, Mistake) for m in self.mistakes):
@@ -727,7 +738,7 @@ class Exercise:
     @property
     def title(self) -> str:
         """ "medium, predict" as in the notebook's heading."""
-        return f"{self.level}, {KIND_TITLES[self.kind]}"
+        return f"{self.level}, {self.kind_title}"
 
     def __repr__(self) -> str:
         return f"Exercise({self.name!r}, {self.level}, {self.kind}, {len(self.cases)} cases)"
