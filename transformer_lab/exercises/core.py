@@ -149,8 +149,22 @@ class CheckResult:
         return "\n".join(out)
 
 
-def compare(got: Any, expected: Any, atol: float = 1e-5, rtol: float = 1e-4, name: str = "output") -> str | None:
-    """Return None if `got` matches `expected`, else a sentence saying what differs and where."""
+# a name that ends in Chinese (or a full-width mark) takes no space before the Chinese word after it
+_ENDS_IN_CHINESE = re.compile(r"[\u2018-\u201d\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]$")
+
+
+def compare(got: Any, expected: Any, atol: float = 1e-5, rtol: float = 1e-4, name: str | None = None) -> str | None:
+    """Return None if `got` matches `expected`, else a sentence saying what differs and where; `name` is what it
+    calls `got` ("output" by default, 你的输出 in Chinese)."""
+    name = _m("compare.output") if name is None else name
+    problem = _compare(got, expected, atol, rtol, name)
+    chinese_name = get_language() == "zh" and _ENDS_IN_CHINESE.search(name)
+    if problem is not None and chinese_name and problem.startswith(name + " "):
+        problem = name + problem[len(name) + 1 :]  # 你算出的损失是 0.5; 你返回的 k 是 0.5 keeps its space
+    return problem
+
+
+def _compare(got: Any, expected: Any, atol: float, rtol: float, name: str) -> str | None:
     if isinstance(expected, Tensor):
         return _compare_tensors(got, expected, atol, rtol, name)
     if isinstance(expected, (tuple, list)):
@@ -641,7 +655,7 @@ class Exercise:
         names = self.output_names
         if names and isinstance(expected, tuple) and isinstance(got, (tuple, list)) and len(names) == len(expected):
             if len(got) != len(expected):
-                return _m("compare.sequence_length", name="output", n=len(expected), got=len(got))
+                return _m("compare.sequence_length", name=_m("compare.output"), n=len(expected), got=len(got))
             for part, (g, e) in zip(names, zip(got, expected, strict=True), strict=True):
                 problem = compare(g, e, case.atol, case.rtol, _t(part))
                 if problem:
