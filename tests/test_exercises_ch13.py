@@ -176,7 +176,7 @@ def test_a_global_mean_and_a_z_score_are_named() -> None:
     assert "one mean over the whole batch" in _feedback(ex.group_advantages, lambda r: r - r.mean())
     z = _feedback(ex.group_advantages, lambda r: (r - r.mean(1, keepdim=True)) / (r.std(1, keepdim=True) + 1e-4))
     assert "GRPO's z-score" in z
-    assert "整个批次的一个平均值" in _feedback(ex.group_advantages, lambda r: r - r.mean(), "zh")
+    assert "整个批量的一个平均值" in _feedback(ex.group_advantages, lambda r: r - r.mean(), "zh")
 
 
 def test_an_honest_loop_over_groups_passes() -> None:
@@ -297,7 +297,7 @@ def test_comparing_exact_finals_and_rhyming_lines_one_and_three_are_named() -> N
         return (form + acrostic + rhyme) / 3
 
     assert "the exact finals were compared" in _feedback(ex.poem_reward, exact)
-    assert "确切的韵母" in _feedback(ex.poem_reward, exact, "zh")
+    assert "完整的韵母" in _feedback(ex.poem_reward, exact, "zh")
 
 
 def test_every_exercise_passes_its_reference_and_fails_each_mistake() -> None:

@@ -6,8 +6,10 @@
 4. `group_advantages`: each sample's reward against its own group's mean (medium, build).
 5. `poem_reward`: the reward of a 藏头诗, a plain function of the text (harder, transfer).
 
-Each reference agrees with `transformer_lab.finetune` (tests/test_exercises_ch13.py): `finetune.response_loss`,
-`finetune.LoRALinear` and its `merge`, `finetune.group_advantages` and `finetune.poem_reward`.
+Each reference agrees with `transformer_lab.finetune` on the exercise's cases (tests/test_exercises_ch13.py):
+`finetune.response_loss`, `finetune.LoRALinear` and its `merge`, `finetune.group_advantages` and `finetune.poem_reward`
+(whose form takes any letter outside ASCII as a character of a line; the exercise's form takes U+4E00 to U+9FFF, as
+its text says).
 
 Used in the notebook as `from transformer_lab.exercises import ch13_instruction as exercises`.
 Shape legend: B batch, T positions, V vocabulary size, P prompts, G samples per prompt (a group), r LoRA's rank.
@@ -72,6 +74,10 @@ predict_lora_parameters = Exercise(
         2048: "both matrices were counted with the input's size: B's rows are the layer's 512 outputs.",
         8192: "both matrices were counted with the output's size: A's columns are the layer's 128 inputs.",
         5632: "the bias (512) is part of the frozen layer: LoRA leaves it as it is.",
+        524288: "r x in x out multiplies all three sizes: A and B are two matrices, (r, in) and (out, r); count each "
+        "and add.",
+        73728: "that is LoRA on all 24 layers of the model (printed a few cells on): the question is one layer, "
+        "nn.Linear(128, 512).",
         "a str": "the count came back as a str: return it as an int.",
     },
 )
@@ -126,6 +132,16 @@ def _loss_sum_per_row(logits, targets, mask):  # noqa: ANN001, ANN202
 def _loss_wrong_dimension(logits, targets, mask):  # noqa: ANN001, ANN202
     logp = logits - logits.logsumexp(dim=1, keepdim=True)  # normalised over the positions, not the vocabulary
     losses = -logp.gather(-1, targets[..., None])[..., 0]
+    return (losses * mask).sum() / mask.sum()
+
+
+def _loss_raw_logits(logits, targets, mask):  # noqa: ANN001, ANN202
+    losses = -logits.gather(-1, targets[..., None])[..., 0]  # the logits taken as log-probabilities
+    return (losses * mask).sum() / mask.sum()
+
+
+def _loss_probabilities(logits, targets, mask):  # noqa: ANN001, ANN202
+    losses = -logits.softmax(-1).gather(-1, targets[..., None])[..., 0]  # probabilities, no logarithm
     return (losses * mask).sum() / mask.sum()
 
 
@@ -205,6 +221,16 @@ response_loss = Exercise(
             _loss_wrong_dimension,
             "the log-probabilities were normalised over the positions (dim 1): a position's probabilities run over "
             "the vocabulary, the last dimension.",
+        ),
+        Mistake(
+            _loss_raw_logits,
+            "the logits were used as log-probabilities: turn them into log-probabilities over the vocabulary first "
+            "(the logits minus their logsumexp). A cross-entropy is never negative.",
+        ),
+        Mistake(
+            _loss_probabilities,
+            "the probabilities were used where their logarithm belongs: the loss of a position is minus the "
+            "log-probability of its target.",
         ),
     ],
     forbidden=[finetune.response_loss, finetune.token_logprobs],
@@ -306,8 +332,8 @@ lora_forward = Exercise(
         "Run the buggy version on the first case and on the second: why does the second fail while the first runs?",
         "The update is scaled by alpha / r, in the output and in the merged weight alike; r is LoRA's rank, "
         "A's number of rows. B A must have W's shape (out, in).",
-        "y = x W^T + b + (alpha / r) (x A^T) B^T, and the merged weight is W + (alpha / r) B A: B is (out, r) and A "
-        "is (r, in). Return both.",
+        "Start with scale = alpha / A.shape[0]. Then mend the given function's two lines: the update needs that "
+        "factor in y and in the merge alike, and the merge needs the product of A and B whose shape is W's.",
     ],
     level="medium",
     kind="debug",
@@ -330,8 +356,8 @@ lora_forward = Exercise(
         Mistake(_lora_inverse_scale, "the update was scaled by r / alpha: the factor is alpha / r."),
         Mistake(
             _lora_rank_from_b,
-            "the rank was read from B's first dimension, which is the layer's output size: the rank is A's number "
-            "of rows (and B's number of columns).",
+            "the rank was read from a size of the layer (B's rows are its outputs, A's columns its inputs): the "
+            "rank is A's number of rows (and B's number of columns).",
         ),
         Mistake(
             _lora_merge_transposed,
@@ -421,8 +447,9 @@ group_advantages = Exercise(
         "The baseline of a sample is the mean reward of the samples of ITS prompt (its group), one row of rewards.",
         "rewards is (P, G): one row per prompt. Which dimension does a row's mean run over? Keep it (keepdim) so that "
         "it broadcasts against the row.",
-        "Subtract each row's mean from the row. Nothing else: no division (that would be GRPO's z-score, a switch "
-        "this exercise leaves off).",
+        "A row's mean, kept as a (P, 1) column, lines up with its row when the two meet in one operation: which "
+        "one gives each sample's advantage? No division (that would be GRPO's z-score, a switch this exercise "
+        "leaves off).",
     ],
     level="medium",
     kind="build",
@@ -559,7 +586,26 @@ def _reward_exact_final(text, heads):  # noqa: ANN001, ANN202
 
 def _reward_any_marks(text, heads):  # noqa: ANN001, ANN202
     form = len(text) == 24 and all(text[6 * i + 5] in "，。" for i in range(4))  # which mark where, not checked
+    form = form and all("\u4e00" <= text[6 * i + j] <= "\u9fff" for i in range(4) for j in range(5))
     return (form + _acrostic(text, heads) + _rhyme(text)) / 3
+
+
+def _reward_any_characters(text, heads):  # noqa: ANN001, ANN202
+    form = len(text) == 24 and [text[6 * i + 5] for i in range(4)] == ["，", "。", "，", "。"]  # letters pass
+    return (form + _acrostic(text, heads) + _rhyme(text)) / 3
+
+
+def _reward_empty_piece_kept(text, heads):  # noqa: ANN001, ANN202
+    pieces = text.replace("。", "，").split("，")  # a quatrain gives 5 pieces: the last one empty
+    acrostic = len(pieces) == 4 and all(p.startswith(h) for p, h in zip(pieces, heads, strict=True))
+    rhyme = len(pieces) == 4 and _rhyme(text)
+    return (_form(text) + acrostic + rhyme) / 3
+
+
+def _reward_distinct_rhyme(text, heads):  # noqa: ANN001, ANN202
+    pieces = _pieces(text)
+    different = len(pieces) == 4 and pieces[1][-1:] != pieces[3][-1:]  # section 7's mended reward
+    return (_form(text) + _acrostic(text, heads) + (_rhyme(text) and different)) / 3
 
 
 def _reward_first_head_only(text, heads):  # noqa: ANN001, ANN202
@@ -666,9 +712,11 @@ poem_reward = Exercise(
         "Three checks, each True or False: form, acrostic, rhyme. The reward is the share of them that pass (0, "
         "1/3, 2/3 or 1), so that a poem that gets two right scores above one that gets none.",
         "Form: exactly 24 characters, four lines of five Chinese characters, '，' '。' '，' '。' after them. For "
-        "the other two checks cut the text at both marks: four pieces, the i-th starting with heads[i] (acrostic).",
-        "Rhyme: lines 2 and 4 (pieces 1 and 3) end in characters whose classes, tl.finetune.rhyme_class(char), are "
-        "the same class and not None. Compare the classes, not the characters and not their exact finals.",
+        "the other two checks cut the text at both marks: four pieces (the empty piece after the last mark is not a "
+        "line: drop it, and only it), the i-th starting with heads[i] (acrostic).",
+        "Rhyme: lines 2 and 4 (pieces[1] and pieces[3]) end in characters whose classes, "
+        "tl.finetune.rhyme_class(char), are the same class and not None. Compare the classes, not the characters and "
+        "not their exact finals.",
     ],
     level="harder",
     kind="transfer",
@@ -689,8 +737,8 @@ poem_reward = Exercise(
         ),
         Mistake(
             _reward_exact_final,
-            "the exact finals were compared (iao against ao): the table groups finals into classes, and rhymes are "
-            "read on the classes (rhyme_class), which also undo some of a thousand years of sound change.",
+            "the exact finals were compared (iao against ao): a rhyme ignores the medial (the i of iao), and the "
+            "table groups the finals into classes. Compare the classes (rhyme_class).",
         ),
         Mistake(
             _reward_same_character,
@@ -710,6 +758,21 @@ poem_reward = Exercise(
         Mistake(
             _reward_first_head_only,
             "only the first line's head was checked: each of the four lines must begin with its own head.",
+        ),
+        Mistake(
+            _reward_any_characters,
+            "the form did not check that the lines are Chinese characters: a line of Latin letters is not in form.",
+        ),
+        Mistake(
+            _reward_empty_piece_kept,
+            "the text was cut at every mark and the empty piece after the last '。' was kept: a quatrain then has "
+            "five pieces, so the acrostic and the rhyme never pass. Drop that empty piece (only the one after the "
+            "last mark).",
+        ),
+        Mistake(
+            _reward_distinct_rhyme,
+            "a character rhyming with itself was not counted: that is section 7's mended reward "
+            "(ft.poem_reward(..., distinct=True)). This exercise asks for section 1's check, in which it counts.",
         ),
     ],
     forbidden=[
