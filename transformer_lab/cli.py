@@ -62,7 +62,17 @@ from transformer_lab.training import (
     train_gpt,
 )
 
-__all__ = ["main", "build_parser", "load_trained", "load_shipped", "DEFAULTS", "SHIPPED_CHECKPOINT", "SHIPPED_COMMAND"]
+__all__ = [
+    "main",
+    "build_parser",
+    "load_trained",
+    "load_shipped",
+    "DEFAULTS",
+    "SHIPPED_CHECKPOINT",
+    "SHIPPED_COMMAND",
+    "SHIPPED_COPY_CHECKPOINT",
+    "SHIPPED_COPY_COMMAND",
+]
 
 #: The recipe of chapter 09 (a small model that learns the date task on one CPU thread in about a minute).
 DEFAULTS: dict[str, Any] = dict(
@@ -74,6 +84,9 @@ SHIPPED_CHECKPOINT = Path(__file__).resolve().parent / "assets" / "dates_model.p
 SHIPPED_COMMAND = (
     "python -m transformer_lab.cli train --task dates --seed 0 --out transformer_lab/assets/dates_model.pt"
 )
+#: Chapter 09's copy model (section 6's recipe, `shipped.COPY_RECIPE`), written by `SHIPPED_COPY_COMMAND`.
+SHIPPED_COPY_CHECKPOINT = SHIPPED_CHECKPOINT.with_name("copy_model.pt")
+SHIPPED_COPY_COMMAND = "python -m transformer_lab.shipped transformer_lab/assets/copy_model.pt"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -142,11 +155,16 @@ def load_trained(path: str | os.PathLike[str], map_location: str = "cpu") -> tup
     return model, tokenizer, task
 
 
-def load_shipped() -> tuple[Transformer, CharTokenizer, Task]:
-    """The trained date model shipped in transformer_lab/assets (see `SHIPPED_COMMAND`)."""
-    if not SHIPPED_CHECKPOINT.exists():
-        raise FileNotFoundError(f"no shipped checkpoint at {SHIPPED_CHECKPOINT}; make it with: {SHIPPED_COMMAND}")
-    return load_trained(SHIPPED_CHECKPOINT)
+def load_shipped(task: str = "dates") -> tuple[Transformer, CharTokenizer, Task]:
+    """A trained model shipped in transformer_lab/assets: the date model (see `SHIPPED_COMMAND`), or with
+    task="copy" chapter 09's copy model (see `SHIPPED_COPY_COMMAND`)."""
+    shipped = {"dates": (SHIPPED_CHECKPOINT, SHIPPED_COMMAND), "copy": (SHIPPED_COPY_CHECKPOINT, SHIPPED_COPY_COMMAND)}
+    if task not in shipped:
+        raise ValueError(f"task must be 'dates' or 'copy' (the shipped models of chapter 09), got {task!r}")
+    path, command = shipped[task]
+    if not path.exists():
+        raise FileNotFoundError(f"no shipped checkpoint at {path}; make it with: {command}")
+    return load_trained(path)
 
 
 def _report(counts: dict[str, tuple[int, int]]) -> str:
