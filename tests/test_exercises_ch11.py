@@ -125,7 +125,7 @@ def test_sliding_window_reference_is_the_librarys_and_the_causal_mask_for_a_long
 def test_the_sliding_window_cases_are_the_gpts_masks() -> None:
     """The case of 64 positions and 16 is the mask the modern model with window_pattern="SSSL" keeps."""
     config = GPTConfig(vocab_size=11, block_size=64, d_model=16, n_heads=2, n_layers=4, window_pattern="SSSL")
-    assert torch.equal(GPT(config).window_mask, ex._window_reference(*ex.sliding_window_mask.cases[-1].inputs()))
+    assert torch.equal(GPT(config).window_masks[0], ex._window_reference(*ex.sliding_window_mask.cases[-1].inputs()))
 
 
 def _window_as_the_notebook(size, window):  # noqa: ANN001, ANN202
@@ -420,6 +420,62 @@ def test_a_candidate_that_returns_something_else_is_passed_through_unchanged() -
     for returned in (None, 3, torch.zeros(2), (torch.zeros(2), torch.zeros(2)), (weight, buffer, buffer)):
         got = ex._run_muon(lambda *args, r=returned: r, weight, grad, buffer, lr, momentum, torch_result)
         assert got is returned
+
+
+def _named_in_every_failed_case(exercise, answer, says: str, failing: int) -> None:  # noqa: ANN001
+    result = exercise.run(answer)
+    failed = [text for ok, text in result.lines if not ok]
+    assert len(failed) == failing, result.report()
+    assert all(says in text for text in failed), result.report()
+
+
+def test_muon_slips_written_as_a_learner_would_are_named() -> None:
+    """Three slips a cold reader wrote: U from the OLD buffer ((1 - beta) G + beta * old buffer, which is M itself),
+    Newton-Schulz on the gradient alone (passes the first step, whose buffer is zero), the pair returned in the
+    other order. Each is named in every case it fails."""
+    says = {m.answer.__name__: m.says for m in ex.muon_update.mistakes}
+
+    def old_buffer(weight, grad, buffer, lr, momentum=0.95):  # noqa: ANN001, ANN202
+        u = (1 - momentum) * grad + momentum * buffer  # the Nesterov line written with the old buffer
+        new_buffer = momentum * buffer + (1 - momentum) * grad
+        return weight - lr * ex._scale(weight) * ex._ns(u), new_buffer
+
+    def gradient_only(weight, grad, buffer, lr, momentum=0.95):  # noqa: ANN001, ANN202
+        new_buffer = momentum * buffer + (1 - momentum) * grad
+        return weight - lr * ex._scale(weight) * ex._ns(grad), new_buffer
+
+    def swapped(weight, grad, buffer, lr, momentum=0.95):  # noqa: ANN001, ANN202
+        new_buffer = momentum * buffer + (1 - momentum) * grad
+        u = (1 - momentum) * grad + momentum * new_buffer
+        return new_buffer, weight - lr * ex._scale(weight) * ex._ns(u)
+
+    assert "with the M of this step" in says["_muon_no_nesterov"]
+    _named_in_every_failed_case(ex.muon_update, old_buffer, says["_muon_no_nesterov"], 5)
+    _named_in_every_failed_case(ex.muon_update, gradient_only, says["_muon_gradient_only"], 5)
+    _named_in_every_failed_case(ex.muon_update, swapped, says["_muon_outputs_swapped"], 6)
+
+
+def test_pairs_to_halves_heads_split_the_wrong_way_is_named() -> None:
+    """reshape(d_k, n_heads, ...) deals the rows out to the heads in turn: right for one head, named on the three
+    cases with several."""
+    says = next(m.says for m in ex.pairs_to_halves.mistakes if m.answer is ex._pairs_to_halves_heads_minor)
+
+    def heads_minor(weight, n_heads):  # noqa: ANN001, ANN202
+        d_k = weight.shape[0] // n_heads
+        w = weight.reshape(d_k, n_heads, *weight.shape[1:])
+        return torch.cat([w[0::2], w[1::2]], dim=0).reshape(weight.shape)
+
+    _named_in_every_failed_case(ex.pairs_to_halves, heads_minor, says, 3)
+
+
+def test_a_window_without_the_querys_own_key_is_named() -> None:
+    says = next(m.says for m in ex.sliding_window_mask.mistakes if m.answer is ex._window_strictly_before)
+
+    def strictly_before(size, window):  # noqa: ANN001, ANN202
+        i, j = torch.arange(size).unsqueeze(1), torch.arange(size).unsqueeze(0)
+        return (j < i) & (j >= i - window)
+
+    _named_in_every_failed_case(ex.sliding_window_mask, strictly_before, says, 6)
 
 
 def test_each_muon_mistake_is_more_than_bfloat16_away_somewhere() -> None:

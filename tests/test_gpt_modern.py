@@ -61,6 +61,7 @@ SWITCHES: dict[str, dict[str, object]] = {
     "hf_float32": dict(positions="rope", norm="rms", qk_norm="rms", hf_float32=True),
     "window": dict(window_pattern="SL", window=3),
     "window_default": dict(window_pattern="SSSL"),  # a quarter of the context: 3 of 12
+    "windows": dict(windows=(3, 5)),  # each layer's window written out: two sizes, the last layer windowed too
     "nanochat_init": dict(init="nanochat", tie_embeddings=False),
 }
 # The combinations the chapter uses.
@@ -103,7 +104,7 @@ def test_config_defaults_are_gpt2s() -> None:
     assert (c.norm, c.norm_eps, c.embedding_norm, c.qk_norm) == ("layer", 1e-5, False, None)
     assert (c.n_kv_heads, c.head_dim, c.ff_width, c.logit_softcap) == (None, None, None, None)
     assert (c.zero_init_output, c.hf_float32, c.activation) == (False, False, "gelu_tanh")
-    assert (c.window_pattern, c.window, c.init, c.layer_windows) == (None, None, "gpt2", (None,) * 6)
+    assert (c.window_pattern, c.window, c.windows, c.init, c.layer_windows) == (None, None, None, "gpt2", (None,) * 6)
     assert (c.d_k, c.kv_heads, c.d_ff) == (384 // 6, 6, 4 * 384)
 
 

@@ -4,15 +4,18 @@ Sliding window: the mask against its definition (i - window < j <= i), nanochat'
 with the last layer full, the model's logits against a forward pass written out by hand (float64, an explicit mask
 built by loops) on both attention paths, a cached step seeing only the last `window` keys, a window as long as the
 context being no window, equality with Hugging Face's Qwen3 with sliding-window layers (random small config, no
-download), and bad values refused naming the field. The generic checks of every switch (causality, the cache step
-by step and in generate, the two paths, the one-token step) run over it, with learned positions and LayerNorm too,
-in tests/test_gpt_modern.py.
+download), and bad values refused naming the field. The windows written out layer by layer (`windows`): the same
+model as the pattern that gives the same windows, bit for bit; several sizes and a windowed last layer against the
+forward pass by hand and in cached generation; read back from a checkpoint's list; bad values refused. The generic
+checks of every switch (causality, the cache step by step and in generate, the two paths, the one-token step) run
+over it, with learned positions and LayerNorm too, in tests/test_gpt_modern.py.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 import math
 
 import pytest
@@ -148,7 +151,9 @@ def test_a_window_as_long_as_the_context_is_no_window(window: int, record: bool)
 
 def test_equal_to_hugging_face_qwen3_with_sliding_window_layers() -> None:
     """Hugging Face builds Mistral's and Qwen3's sliding windows with one mask function (q - window < k <= q);
-    Qwen3's layer_types can leave the last layer full, as nanochat's pattern does (Mistral windows every layer)."""
+    Qwen3's layer_types can leave the last layer full, as nanochat's pattern does (Mistral windows every layer).
+    `tl.hf` reads them as `windows`; the pattern "SL" with the same window is the same model, bit for bit.
+    (tests/test_hf_modern.py reads Qwen3 and Mistral models whose last layer is windowed too.)"""
     require(HAS_TRANSFORMERS, "transformers is not installed (pip install -r requirements.txt)")
     from test_hf_modern import settings
     from transformers import Qwen3Config, Qwen3ForCausalLM
@@ -163,9 +168,10 @@ def test_equal_to_hugging_face_qwen3_with_sliding_window_layers() -> None:
     with torch.no_grad():
         for p in reference.parameters():
             p.add_(0.1 * torch.randn_like(p))
-    ours_config = dataclasses.replace(
-        hf.config_from_hf(dict(values, model_type="qwen3"), hf_float32=True), window_pattern="SL", window=5
-    )
+    read = hf.from_hf(reference.state_dict(), reference.config, hf_float32=True)
+    assert read.config.windows == (5, None)
+    ours_config = dataclasses.replace(read.config, windows=None, window_pattern="SL", window=5)
+    assert ours_config.layer_windows == read.config.layer_windows
     ours = tl.GPT(ours_config).double()
     ours.load_state_dict(hf._convert(reference.state_dict(), ours_config))
     ours.eval()
@@ -174,9 +180,85 @@ def test_equal_to_hugging_face_qwen3_with_sliding_window_layers() -> None:
         expected = reference(idx).logits
         for record in (True, False):
             torch.testing.assert_close(tl.record_attention(ours, record)(idx), expected, **TOL)
+            assert torch.equal(tl.record_attention(read, record)(idx), ours(idx))  # windows: the pattern's model
         prompt = idx[:, :3]
         theirs = reference.generate(prompt, max_new_tokens=15, do_sample=False)
     assert torch.equal(ours.generate(prompt, 15, temperature=0), theirs)
+    assert torch.equal(read.generate(prompt, 15, temperature=0), theirs)
+
+
+# ---------------------------------------------------------------- the windows written out layer by layer
+
+
+@pytest.mark.parametrize(("pattern", "window", "layers"), [("SL", 3, 3), ("SSSL", 4, 6), ("S", 2, 4), ("L", 5, 2)])
+@pytest.mark.parametrize("record", [True, False], ids=["explicit", "fast"])
+def test_windows_written_out_are_the_patterns_model_bit_for_bit(
+    pattern: str, window: int, layers: int, record: bool
+) -> None:
+    """The pattern's windows given as `windows`: the same logits and cached generation, to the last bit."""
+    tiled = make_model(record, **dict(HAND, window_pattern=pattern, window=window, n_layers=layers))
+    explicit = make_model(
+        record, **dict(HAND, window_pattern=None, window=None, windows=tiled.config.layer_windows, n_layers=layers)
+    )
+    assert explicit.config.layer_windows == tiled.config.layer_windows
+    idx = tokens(2, BLOCK)
+    with torch.no_grad():
+        assert torch.equal(explicit(idx), tiled(idx))
+    generated = [m.generate(idx[:, :2], 15, temperature=0, return_logits=True) for m in (explicit, tiled)]
+    assert torch.equal(generated[0][0], generated[1][0]) and torch.equal(generated[0][1], generated[1][1])
+
+
+WRITTEN_OUT = dict(HAND, window_pattern=None, window=None, windows=(2, None, 5))  # the last layer windowed
+
+
+@pytest.mark.parametrize("record", [True, False], ids=["explicit", "fast"])
+def test_windows_of_several_sizes_and_a_windowed_last_layer(record: bool) -> None:
+    """What no pattern writes (two sizes, the last layer windowed): equal to the forward pass by hand, the cached
+    generation equal to recomputation past both windows, each layer's last cached step weighing its own window."""
+    model = make_model(record, **WRITTEN_OUT)
+    assert model.config.layer_windows == (2, None, 5) and model.window_sizes == [2, 5]
+    assert model.window_masks.shape == (2, BLOCK, BLOCK)
+    idx = tokens(2, BLOCK)
+    with torch.no_grad():
+        torch.testing.assert_close(model(idx), by_hand(model, idx), **TOL)
+        last_full = make_model(record, **dict(WRITTEN_OUT, windows=(2, None, None)))
+        assert (last_full(idx)[:, 5:] - model(idx)[:, 5:]).abs().max() > 1e-3  # the last layer's window matters
+    prompt = idx[:, :3]
+    cached, cached_logits = model.generate(prompt, 20, temperature=0, return_logits=True)  # past block_size too
+    again, again_logits = model.generate(prompt, 20, temperature=0, use_cache=False, return_logits=True)
+    assert torch.equal(cached, again)
+    torch.testing.assert_close(cached_logits, again_logits, **TOL)
+    if record:  # the last cached step holds 8 keys: 2, all 8 and 5 of them weighed by the three layers
+        model.generate(prompt, 6, temperature=0)
+        for layer, seen in zip(model.layers, (2, 8, 5), strict=True):
+            weights = layer.self_attn.attention_weights  # (B, H, 1, 8)
+            assert weights.shape == (2, H, 1, 8)
+            assert torch.all(weights[..., : 8 - seen] == 0) and torch.all(weights[..., 8 - seen :] > 0)
+
+
+def test_windows_read_back_from_a_checkpoints_list() -> None:
+    """A checkpoint's JSON or torch.load gives a list: the config stores the tuple, equal to the original."""
+    config = small_config(n_layers=3, windows=(2, None, 5))
+    assert config.windows == (2, None, 5)
+    again = tl.GPTConfig(**json.loads(json.dumps(config.to_dict())))
+    assert again == config and again.windows == (2, None, 5) and hash(again) == hash(config)
+    assert "windows=(2, None, 5), init='gpt2')" in repr(config)
+    assert "windows" not in repr(small_config()) and repr(small_config()).endswith("window=None, init='gpt2')")
+
+
+@pytest.mark.parametrize(("overrides", "error", "words"), [
+    (dict(windows=(3,)), ValueError, r"windows must have one entry per layer: got 1 entries for n_layers=2"),
+    (dict(windows="SL"), TypeError, r"windows must be a tuple with one entry per layer"),
+    (dict(windows=4), TypeError, r"windows must be a tuple"),
+    (dict(windows=(0, None)), ValueError, r"windows\[0\] \(layer 0's window.*must be a positive int, got 0"),
+    (dict(windows=(None, 2.5)), TypeError, r"windows\[1\] .*must be a positive int, got 2.5"),
+    (dict(windows=(None, True)), TypeError, r"windows\[1\] .*must be a positive int"),
+    (dict(windows=(3, None), window_pattern="SL"), ValueError, r"leave window_pattern and window at None"),
+    (dict(windows=(3, None), window=3), ValueError, r"leave window_pattern and window at None"),
+])  # fmt: skip
+def test_bad_windows_are_refused_naming_the_field(overrides: dict, error: type, words: str) -> None:
+    with pytest.raises(error, match=words):
+        small_config(**overrides)
 
 
 @pytest.mark.parametrize(("overrides", "error", "words"), [

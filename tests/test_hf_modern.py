@@ -1,15 +1,19 @@
-"""tl.hf: Llama and Qwen3 checkpoints of Hugging Face read into the GPT of chapter 11.
+"""tl.hf: Llama, Qwen3 and Mistral checkpoints of Hugging Face read into the GPT of chapter 11.
 
 Hugging Face's LlamaForCausalLM and Qwen3ForCausalLM are built from small random configs (never downloaded), with
 grouped-query attention, their weights copied: greedy tokens identical, float64 logits equal to 1e-6 (Hugging Face
 computes RMSNorm and the rotary tables in float32 even in float64), and to 1e-10 with `hf_float32`, which reproduces
-those casts. Also: both rotary layouts, Llama 3's rope scaling, config.json files old and new, a folder written by
-`save_pretrained`, and clear refusals of what the converter does not support. Tests that need `transformers` skip
+those casts. Sliding windows: Qwen3 (its windowed layers, the last one included) and Mistral (every layer) on a
+sequence longer than the window, the logits and Hugging Face's own KV-cached steps (its cache keeps only the
+window) equal to 1e-10, and its `generate`'s tokens. Also: both rotary layouts, Llama 3's rope scaling, config.json
+files old and new, a folder written by `save_pretrained`, and clear refusals of what the converter does not
+support. Tests that need `transformers` skip
 without it locally and fail under CI (tests/support.py); the others run everywhere.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 from pathlib import Path
@@ -56,9 +60,20 @@ def settings(kind: str, **overrides: object) -> dict[str, object]:
 def hf_model(kind: str, seed: int = 0, **overrides: object):  # noqa: ANN201 - a transformers model
     """A float64 Hugging Face model in eval mode, every parameter perturbed (gains away from 1)."""
     require(HAS_TRANSFORMERS, TRANSFORMERS_REASON)
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+    from transformers import (
+        LlamaConfig,
+        LlamaForCausalLM,
+        MistralConfig,
+        MistralForCausalLM,
+        Qwen3Config,
+        Qwen3ForCausalLM,
+    )
 
-    config_class, model_class = (LlamaConfig, LlamaForCausalLM) if kind == "llama" else (Qwen3Config, Qwen3ForCausalLM)
+    config_class, model_class = {
+        "llama": (LlamaConfig, LlamaForCausalLM),
+        "qwen3": (Qwen3Config, Qwen3ForCausalLM),
+        "mistral": (MistralConfig, MistralForCausalLM),
+    }[kind]
     torch.manual_seed(seed)
     model = model_class(config_class(**settings(kind, **overrides))).double().eval()
     with torch.no_grad():
@@ -130,6 +145,107 @@ def test_greedy_tokens_equal_hugging_face_generate(kind: str) -> None:
         ours = hf.from_hf(reference.state_dict(), reference.config, hf_float32=hf_float32)
         for use_cache in (True, False):
             assert torch.equal(ours.generate(prompt, 15, temperature=0, use_cache=use_cache), expected)
+
+
+WINDOW = 5  # shorter than the sequences (LENGTH = 24) and than what generation reaches (3 + 18)
+WINDOWED = {
+    # transformers' Qwen3Config windows the layers from max_window_layers on: here the last two of three
+    "qwen3-max_window_layers": ("qwen3", dict(use_sliding_window=True, max_window_layers=1), (None, 5, 5)),
+    "qwen3-layer_types": (
+        "qwen3",
+        dict(use_sliding_window=True, layer_types=["sliding_attention", "full_attention", "sliding_attention"]),
+        (5, None, 5),
+    ),
+    "mistral": ("mistral", {}, (5, 5, 5)),  # Mistral 7B v0.1's kind: every layer windowed
+}
+
+
+def hf_cached_steps(model, prompt: torch.Tensor, steps: int) -> tuple[torch.Tensor, torch.Tensor, list[int]]:  # noqa: ANN001
+    """Greedy decoding through Hugging Face's own KV cache (`DynamicCache` from the config: its windowed layers keep
+    only the last window - 1 keys), in float64: the tokens, each step's logits (B, steps, V) and the keys each
+    layer's cache holds at the end. Its `generate` hands back logits cast to float32, so these are read from the
+    model's output."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=model.config)
+    sequence, logits = prompt, []
+    with torch.no_grad():
+        out = model(prompt, past_key_values=cache, use_cache=True)
+        for _ in range(steps):
+            logits.append(out.logits[:, -1])
+            token = out.logits[:, -1].argmax(-1, keepdim=True)
+            sequence = torch.cat([sequence, token], dim=1)
+            out = model(token, past_key_values=cache, use_cache=True)
+    return sequence, torch.stack(logits, dim=1), [layer.keys.shape[2] for layer in cache.layers]
+
+
+@pytest.mark.parametrize(("kind", "overrides", "windows"), WINDOWED.values(), ids=WINDOWED.keys())
+def test_sliding_window_models_equal_hugging_face(kind: str, overrides: dict, windows: tuple) -> None:
+    """Qwen3 and Mistral with sliding windows, read by `from_hf` (GPTConfig.windows: any layer may be windowed, the
+    last one too, which window_pattern cannot say): float64 logits on a sequence longer than the window, and the
+    KV-cached generation, step by step against Hugging Face's own cache, equal to 1e-10 (hf_float32)."""
+    reference = hf_model(kind, num_hidden_layers=3, sliding_window=WINDOW, **overrides)
+    exact = hf.from_hf(reference.state_dict(), reference.config, hf_float32=True)
+    assert exact.config.windows == windows and exact.config.layer_windows == windows
+    assert hf.config_from_hf(reference.config.to_dict()) == hf.config_from_hf(reference.config)
+    idx = tokens(2, LENGTH)
+    expected = hf_logits(reference, idx)
+    for record in (True, False):
+        with torch.no_grad():
+            torch.testing.assert_close(tl.record_attention(exact, record)(idx), expected, **TOL)
+    plain = hf.from_hf(reference.state_dict(), reference.config)  # without Hugging Face's float32 casts
+    with torch.no_grad():
+        torch.testing.assert_close(plain(idx), expected, **COMPAT_TOL)
+        unwindowed = tl.GPT(dataclasses.replace(exact.config, windows=None)).double().eval()
+        unwindowed.load_state_dict(exact.state_dict())
+        assert (unwindowed(idx)[:, WINDOW:] - expected[:, WINDOW:]).abs().max() > 1e-3  # the windows matter
+        torch.testing.assert_close(unwindowed(idx)[:, :WINDOW], expected[:, :WINDOW], **TOL)
+    prompt = idx[:, :3]
+    their_tokens, their_logits, kept = hf_cached_steps(reference, prompt, 18)
+    assert kept == [3 + 18 if window is None else window - 1 for window in windows]  # its cache: the window only
+    for use_cache in (True, False):
+        for record in (True, False):
+            ours, our_logits = tl.record_attention(exact, record).generate(
+                prompt, 18, temperature=0, use_cache=use_cache, return_logits=True
+            )
+            assert torch.equal(ours, their_tokens)
+            torch.testing.assert_close(our_logits, their_logits, **TOL)
+    with torch.no_grad():
+        generated = reference.generate(
+            prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=18, do_sample=False, pad_token_id=0
+        )
+    assert torch.equal(generated, their_tokens)
+    assert torch.equal(plain.generate(prompt, 18, temperature=0), generated)
+
+
+def test_mistral_without_a_window_is_llamas_model() -> None:
+    """Mistral with sliding_window=None (its later versions): no window, the same logits as Hugging Face's."""
+    reference = hf_model("mistral", sliding_window=None)
+    ours = hf.from_hf(reference.state_dict(), reference.config, hf_float32=True)
+    assert ours.config.windows is None and ours.config.qk_norm is None
+    assert ours.config == hf.config_from_hf(dict(reference.config.to_dict(), model_type="llama"), hf_float32=True)
+    idx = tokens(2, LENGTH)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(idx), hf_logits(reference, idx), **TOL)
+
+
+def test_windows_read_from_config_dicts() -> None:
+    """Without transformers: Qwen3's windows from use_sliding_window, sliding_window, max_window_layers (the
+    defaults transformers gives them: 4096 and 28) or layer_types; Mistral's from sliding_window."""
+    qwen = dict(BASE, model_type="qwen3", num_hidden_layers=4, head_dim=8)
+    assert hf.config_from_hf(qwen).windows is None
+    assert hf.config_from_hf(dict(qwen, sliding_window=3)).windows is None  # use_sliding_window is False
+    on = dict(qwen, use_sliding_window=True, sliding_window=3)
+    assert hf.config_from_hf(on).windows is None  # max_window_layers 28: no layer of 4 reaches it
+    assert hf.config_from_hf(dict(on, max_window_layers=2)).windows == (None, None, 3, 3)
+    assert hf.config_from_hf(dict(qwen, use_sliding_window=True, max_window_layers=3)).windows == (None,) * 3 + (4096,)
+    types = ["sliding_attention", "full_attention"] * 2
+    assert hf.config_from_hf(dict(on, layer_types=types, max_window_layers=0)).windows == (3, None, 3, None)
+    assert hf.config_from_hf(dict(on, layer_types=["full_attention"] * 4, max_window_layers=0)).windows is None
+    mistral = dict(BASE, model_type="mistral", num_hidden_layers=2)
+    assert hf.config_from_hf(dict(mistral, sliding_window=7)).windows == (7, 7)
+    assert hf.config_from_hf(dict(mistral, sliding_window=None)).windows is None
+    assert hf.config_from_hf(mistral).windows == (4096, 4096)  # transformers' default for Mistral
 
 
 def test_llama3_frequencies_are_hugging_faces() -> None:
@@ -207,8 +323,12 @@ BASE = {
         (dict(rope_parameters={"rope_type": "llama3", "rope_theta": 1e4, "factor": 8.0}), "llama3.*low_freq_factor"),
         (dict(rope_parameters={"rope_theta": 1e4, "partial_rotary_factor": 0.5}), "partial_rotary_factor"),
         (dict(rope_parameters={"full_attention": {"rope_theta": 1e4}}), "rope_parameters must be one dict"),
-        (dict(model_type="qwen3", use_sliding_window=True), "sliding-window"),
-        (dict(layer_types=["sliding_attention"]), "sliding-window"),
+        (dict(use_sliding_window=True), "sliding-window .* not supported for model_type 'llama'"),
+        (dict(layer_types=["sliding_attention"]), "sliding-window .* not supported for model_type 'llama'"),
+        (dict(model_type="qwen3", layer_types=["sliding_attention"]), "'sliding_attention' layers but .* no window"),
+        (dict(model_type="qwen3", layer_types=["chunked_attention"]), r"layer_types \['chunked_attention'\] are not"),
+        (dict(model_type="qwen3", layer_types=["full_attention"] * 2), "one type per layer \\(1\\)"),
+        (dict(model_type="mistral", sliding_window=0), "sliding_window must be a positive int, got 0"),
         (dict(hidden_act="gelu"), "hidden_act 'gelu'"),
         (dict(attention_bias=True), "attention_bias=True and mlp_bias=False"),
         (dict(hidden_size=None), "lacks \\['hidden_size'\\]"),

@@ -33,6 +33,7 @@ Chapter 11 turns the same model, switch by switch, into a 2026 decoder (`GPTConf
     logit_softcap=c               logits = c tanh(logits / c)
     zero_init_output=True         W^O and W_2 start at zero
     window_pattern="SSSL", window sliding-window attention in the "S" layers (nanochat; Mistral, Gemma)
+    windows=(None, 512, ...)      each layer's window written out (Hugging Face's Qwen3 and Mistral, `tl.hf`)
     init="nanochat"               nanochat's initialisation (N(0, 1) embedding, fan-in scaled matrices)
     bias=False, tie_embeddings=False   (chapter 10's switches) no biases, an untied head
 
@@ -151,9 +152,16 @@ class GPTConfig:
             "S" layer attends to the last `window` keys only (the cache still keeps every key).
         window: the short window, in keys counted with the query's own (Hugging Face's `sliding_window`
             counts them so; nanochat's flash-attention `window_size=(left, 0)` counts the keys before it,
-            left = window - 1). None: a quarter of block_size, rounded up, as nanochat sets it (nanochat then
-            rounds it up to a multiple of 128, its kernel's tile, which a 64-token context has no use for).
-            A window of block_size or more is the full context. Only with window_pattern.
+            left = window - 1). None: a quarter of block_size, rounded up. nanochat's short window has been a
+            quarter of its context since March 2026, counted as its `left`, so one key more in this count (from
+            January 2026, when the pattern came, it was half); nanochat then rounds it up to a multiple of 128,
+            its kernel's tile, which a 64-token context has no use for. A window of block_size or more is the
+            full context. Only with window_pattern.
+        windows: each layer's window written out, instead of a pattern: a tuple of n_layers entries, each a
+            window (a positive int, counted as `window` is) or None (the full context). Any layer may be
+            windowed, the last one too: Hugging Face's Qwen3 windows the layers from max_window_layers on, the
+            top of the model included, and Mistral 7B every layer, which nanochat's rule (the last layer full)
+            cannot write. Not together with window_pattern or window. None (the default): the pattern decides.
         init: "gpt2" (GPT-2's N(0, 0.02^2), `reset_parameters`) or "nanochat" (nanochat's `init_weights`, in
             the version of January 2026 the chapter describes: token embedding N(0, 1), head N(0, 0.001^2),
             W^Q, W^K, W^V and the feed-forward network's first matrices uniform with std 1 / sqrt(fan_in), W^O
@@ -187,6 +195,7 @@ class GPTConfig:
     hf_float32: bool = False
     window_pattern: str | None = None
     window: int | None = None
+    windows: tuple[int | None, ...] | None = None
     init: str = "gpt2"
 
     def __post_init__(self) -> None:
@@ -219,6 +228,8 @@ class GPTConfig:
             _check_positive_float("logit_softcap", self.logit_softcap)
         if self.rope_scaling is not None:
             object.__setattr__(self, "rope_scaling", RopeScaling.from_dict(self.rope_scaling))  # a checkpoint's dict
+        if self.windows is not None:
+            self._check_windows()
         if self.window_pattern is not None and (
             not isinstance(self.window_pattern, str) or not self.window_pattern or set(self.window_pattern) - {"S", "L"}
         ):
@@ -254,6 +265,34 @@ class GPTConfig:
                         "there is no rotation to configure)"
                     )
 
+    def __repr__(self) -> str:
+        """The dataclass's repr, with `windows` only where it is set: a config without it prints as every config
+        printed before the field existed (chapters 10 and 11 print theirs)."""
+        shown = [f for f in dataclasses.fields(self) if f.name != "windows" or self.windows is not None]
+        return f"{type(self).__name__}({', '.join(f'{f.name}={getattr(self, f.name)!r}' for f in shown)})"
+
+    def _check_windows(self) -> None:
+        """`windows`: one entry per layer, each a positive int or None; stored as a tuple (a checkpoint's list)."""
+        windows = self.windows
+        if isinstance(windows, (str, bytes)) or not isinstance(windows, (tuple, list)):
+            raise TypeError(
+                "windows must be a tuple with one entry per layer, each a window (a positive int) or None (the full "
+                f"context), e.g. (None, 4, 4) for 3 layers; got {windows!r}"
+            )
+        if len(windows) != self.n_layers:
+            raise ValueError(
+                f"windows must have one entry per layer: got {len(windows)} entries for n_layers={self.n_layers}"
+            )
+        for i, window in enumerate(windows):
+            if window is not None:  # None: that layer sees the full context
+                check_positive_int(f"windows[{i}] (layer {i}'s window, in keys; None for the full context)", window)
+        if self.window_pattern is not None or self.window is not None:
+            raise ValueError(
+                f"windows={tuple(windows)!r} writes out every layer's window: leave window_pattern and window at None "
+                f"(got window_pattern={self.window_pattern!r}, window={self.window!r})"
+            )
+        object.__setattr__(self, "windows", tuple(windows))
+
     @classmethod
     def gpt2(cls, **overrides: Any) -> GPTConfig:
         """GPT-2 small (124M parameters): V=50257, context 1024, D=768, 12 heads, 12 layers, biases, tied head."""
@@ -279,12 +318,15 @@ class GPTConfig:
 
     @property
     def short_window(self) -> int:
-        """The window of the "S" layers: `window` if set, else block_size / 4 rounded up (nanochat)."""
+        """The window of the "S" layers: `window` if set, else block_size / 4 rounded up (nanochat's quarter)."""
         return self.window if self.window is not None else -(-self.block_size // 4)
 
     @property
     def layer_windows(self) -> tuple[int | None, ...]:
-        """Each layer's window (None: the full context): window_pattern tiled over the layers, the last "L"."""
+        """Each layer's window (None: the full context): `windows` if set, else window_pattern tiled over the
+        layers, the last "L"."""
+        if self.windows is not None:
+            return self.windows
         if self.window_pattern is None:
             return (None,) * self.n_layers
         pattern = self.window_pattern
@@ -362,9 +404,12 @@ class GPT(nn.Module):
         # The causal mask, True on and below the diagonal (True = may attend, the course's convention; nanoGPT
         # calls this `tril` buffer `bias`). Not persistent: it is rebuilt from block_size, not saved.
         self.register_buffer("causal", causal_mask(c.block_size), persistent=False)  # (block_size, block_size)
-        # Chapter 11's sliding window: the mask of the "S" layers, rows and columns cut from it as from `causal`.
-        local = sliding_window_mask(c.block_size, c.short_window) if c.window_pattern is not None else None
-        self.register_buffer("window_mask", local, persistent=False)  # (block_size, block_size) or None
+        # Chapter 11's sliding window: the mask of each window the layers use (the pattern's one short window, or
+        # those of `windows`), rows and columns cut from it as from `causal`.
+        self.window_sizes = sorted({window for window in c.layer_windows if window is not None})  # distinct
+        masks = [sliding_window_mask(c.block_size, window) for window in self.window_sizes]
+        stacked = torch.stack(masks) if masks else None  # (windows, block_size, block_size), one per distinct window
+        self.register_buffer("window_masks", stacked, persistent=False)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -492,16 +537,18 @@ class GPT(nn.Module):
 
         Query t (absolute position start + t) may see keys 0..start+t: rows start..start+T-1 of the full mask.
         A single new token sees everything, so it needs no mask (and the fused kernel can skip it). An "S" layer
-        of a window pattern cuts the same rows from the sliding-window mask; a single token then needs one only
-        once more than `window` keys are cached.
+        of a window pattern (or a windowed layer of `windows`) cuts the same rows from its window's mask; a single
+        token then needs one only once more than `window` keys are cached.
         """
         causal = None if length == 1 else self.causal[start : start + length, : start + length]  # (T, start + T)
-        if self.window_mask is None:
+        if self.window_masks is None:
             return [causal] * self.config.n_layers
-        local: Tensor | None = self.window_mask[start : start + length, : start + length]  # (T, start + T)
-        if length == 1 and start + 1 <= self.config.short_window:
-            local = None  # every cached key is still inside the window
-        return [causal if window is None else local for window in self.config.layer_windows]
+        local: dict[int, Tensor | None] = {}
+        for i, window in enumerate(self.window_sizes):
+            # every cached key of a single token is still inside the window: no mask
+            inside = length == 1 and start + 1 <= window
+            local[window] = None if inside else self.window_masks[i, start : start + length, : start + length]
+        return [causal if window is None else local[window] for window in self.config.layer_windows]
 
     def _check_idx(self, idx: object, cache: DecoderCache | None) -> int:
         """Clear errors for bad token ids or a context past block_size; returns the first position of idx."""

@@ -1,13 +1,21 @@
-"""Llama and Qwen3 checkpoints of Hugging Face as a `tl.gpt.GPT` (chapter 11), read offline.
+"""Llama, Qwen3 and Mistral checkpoints of Hugging Face as a `tl.gpt.GPT` (chapter 11), read offline.
 
-    config_from_hf(hf_config) -> GPTConfig      the switches a LlamaConfig / Qwen3Config sets
+    config_from_hf(hf_config) -> GPTConfig      the switches a LlamaConfig / Qwen3Config / MistralConfig sets
     from_hf(state_dict, hf_config) -> GPT        the same model, holding the checkpoint's weights
     load_hf(folder) -> GPT                        a folder written by `save_pretrained` (config.json + safetensors)
 
-Both families are chapter 11's GPT with these switches: rotary positions (Hugging Face's "halves" layout), RMSNorm
-(also over each head's queries and keys in Qwen3: QK norm), SwiGLU, grouped-query attention, no biases (unless
-the config asks for them), a head size set apart from D / H (Qwen3), and a tied or untied head. Their names map
-onto the GPT's as follows (a `LlamaModel` state dict has no "model." prefix; both are read):
+The three families are chapter 11's GPT with these switches: rotary positions (Hugging Face's "halves" layout),
+RMSNorm (also over each head's queries and keys in Qwen3: QK norm), SwiGLU, grouped-query attention, no biases
+(unless the config asks for them), a head size set apart from D / H (Qwen3, some Mistral models), a tied or untied
+head, and sliding-window attention where the config windows layers (`GPTConfig.windows`, one window per layer):
+
+    Qwen3     use_sliding_window with sliding_window, on the layers that layer_types calls "sliding_attention"
+              (without layer_types: the layers from max_window_layers on, as transformers' Qwen3Config sets them)
+    Mistral   sliding_window on every layer (None: no window; Mistral 7B v0.1 has 4096, later versions none)
+    Llama     no window (a config that asks for one is refused)
+
+Hugging Face's window counts the query's own key, as the GPT's does: query i sees keys i - window < j <= i. Their
+names map onto the GPT's as follows (a `LlamaModel` state dict has no "model." prefix; both are read):
 
     model.embed_tokens                    -> token_embedding
     model.layers.i.input_layernorm        -> layers.i.norm1
@@ -23,7 +31,7 @@ W^K of each head (and the QK-norm gains) are permuted so that feature i + d_k/2 
 computes the same logits.
 
 Rope scaling: none (Hugging Face's rope_type "default") and Llama 3's "llama3" are supported; "linear",
-"dynamic", "yarn", "longrope" and the others are refused with an error. Qwen3's sliding-window attention is refused.
+"dynamic", "yarn", "longrope" and the others are refused with an error.
 Hugging Face computes RMSNorm and the rotary tables in float32 even in a float64 model: `hf_float32=True`
 reproduces those casts. Measured on small random models in float64 (tests/test_hf_modern.py): with it the logits
 are Hugging Face's bit for bit (in the "halves" layout; in "pairs" float32's sums run in another order); without
@@ -51,7 +59,7 @@ from transformer_lab.modern import ROPE_LAYOUTS, RopeScaling
 __all__ = ["SUPPORTED_MODEL_TYPES", "SUPPORTED_ROPE_TYPES", "read_hf_config", "config_from_hf", "from_hf", "load_hf"]
 
 #: The model families this module converts (Hugging Face's `model_type`).
-SUPPORTED_MODEL_TYPES = ("llama", "qwen3")
+SUPPORTED_MODEL_TYPES = ("llama", "qwen3", "mistral")
 #: The rope scalings it reproduces exactly ("default" is no scaling).
 SUPPORTED_ROPE_TYPES = ("default", "llama3")
 
@@ -89,8 +97,8 @@ def read_hf_config(hf_config: object) -> dict[str, Any]:
         values = hf_config.to_dict()  # type: ignore[union-attr]
     else:
         raise TypeError(
-            "hf_config must be a transformers config (LlamaConfig, Qwen3Config), a dict, or the path of a "
-            f"config.json or of its folder; got {type(hf_config).__name__}"
+            "hf_config must be a transformers config (LlamaConfig, Qwen3Config, MistralConfig), a dict, or the path "
+            f"of a config.json or of its folder; got {type(hf_config).__name__}"
         )
     if not isinstance(values, dict):
         raise ValueError(f"hf_config must hold a JSON object (a model's config), got {type(values).__name__}")
@@ -134,15 +142,57 @@ def _rope(values: dict[str, Any]) -> tuple[float, RopeScaling | None]:
     return theta, scaling
 
 
+def _windows(values: dict[str, Any], model_type: str, n_layers: int) -> tuple[int | None, ...] | None:
+    """Each layer's sliding window as transformers builds it (see the module docstring), or None: no layer windowed."""
+    layer_types = values.get("layer_types")
+    # transformers' default window is 4096 for both; a config.json may say null (no window), as later Mistrals do
+    if model_type == "mistral":  # one window for every layer (transformers' Mistral does not read layer_types)
+        window = values.get("sliding_window", 4096)
+        windows: list[int | None] = [window] * n_layers
+    elif model_type == "qwen3":
+        window = values.get("sliding_window", 4096) if values.get("use_sliding_window", False) else None
+        if layer_types is None:  # transformers' Qwen3Config: the layers from max_window_layers on are windowed
+            first = values.get("max_window_layers", 28)
+            windowed = [window is not None and i >= first for i in range(n_layers)]
+            layer_types = ["sliding_attention" if w else "full_attention" for w in windowed]
+        if not isinstance(layer_types, (list, tuple)) or len(layer_types) != n_layers:
+            raise ValueError(f"layer_types must list one type per layer ({n_layers}), got {layer_types!r}")
+        unknown = sorted({str(kind) for kind in layer_types} - {"full_attention", "sliding_attention"})
+        if unknown:
+            raise ValueError(
+                f"layer_types {unknown} are not supported: only 'full_attention' and 'sliding_attention' layers"
+            )
+        if window is None and "sliding_attention" in layer_types:
+            raise ValueError(
+                "layer_types has 'sliding_attention' layers but the config sets no window (use_sliding_window "
+                "with sliding_window): transformers could not build this model either"
+            )
+        windows = [window if kind == "sliding_attention" else None for kind in layer_types]
+    else:  # Llama: transformers' LlamaModel has no sliding window
+        if values.get("use_sliding_window", False) or any(kind != "full_attention" for kind in layer_types or ()):
+            raise ValueError(
+                f"sliding-window attention (use_sliding_window / layer_types) is not supported for model_type "
+                f"{model_type!r} (transformers' model has none); Qwen3 and Mistral configs are read with their windows"
+            )
+        return None
+    if all(window is None for window in windows):
+        return None
+    if any(w is not None and (isinstance(w, bool) or not isinstance(w, int) or w < 1) for w in windows):
+        raise ValueError(f"sliding_window must be a positive int, got {values.get('sliding_window')!r}")
+    return tuple(windows)
+
+
 def config_from_hf(
     hf_config: object, *, block_size: int | None = None, rope_layout: str = "halves", hf_float32: bool = False
 ) -> GPTConfig:
-    """The `GPTConfig` of a Hugging Face Llama or Qwen3 config (chapter 11).
+    """The `GPTConfig` of a Hugging Face Llama, Qwen3 or Mistral config (chapter 11).
 
     Args:
-        hf_config: a LlamaConfig / Qwen3Config, a dict, or the path of a config.json (or of its folder).
+        hf_config: a LlamaConfig / Qwen3Config / MistralConfig, a dict, or the path of a config.json (or of its
+            folder).
         block_size: the context length; None: the config's max_position_embeddings. The GPT's causal mask takes
-            block_size^2 bytes: pass a smaller one for long-context checkpoints (Qwen3's 40960 would take 1.6 GB).
+            block_size^2 bytes, and as much again for the mask of a sliding window: pass a smaller one for
+            long-context checkpoints (Qwen3's 40960 would take 1.6 GB, Mistral's 131072 17 GB).
         rope_layout: "halves" (Hugging Face's, the weights unchanged) or "pairs" (chapter 08's; `from_hf`
             then permutes the rows of W^Q and W^K).
         hf_float32: compute RMSNorm and the rotary tables in float32 as Hugging Face does (see the module
@@ -160,11 +210,6 @@ def config_from_hf(
     activation = values.get("hidden_act", "silu")
     if activation != "silu":
         raise ValueError(f"hidden_act {activation!r} is not supported: the GPT's SwiGLU gates with SiLU ('silu')")
-    sliding = values.get("use_sliding_window", False) or any(
-        kind != "full_attention" for kind in values.get("layer_types") or ()
-    )
-    if sliding:
-        raise ValueError("sliding-window attention (use_sliding_window / layer_types) is not supported")
     attention_bias, mlp_bias = bool(values.get("attention_bias", False)), bool(values.get("mlp_bias", False))
     if attention_bias != mlp_bias:
         raise ValueError(
@@ -174,7 +219,8 @@ def config_from_hf(
     required = ("vocab_size", "hidden_size", "num_attention_heads", "num_hidden_layers", "intermediate_size")
     missing = [name for name in required if name not in values]
     if missing:
-        raise ValueError(f"hf_config lacks {missing}; is it a Llama or Qwen3 config?")
+        raise ValueError(f"hf_config lacks {missing}; is it a Llama, Qwen3 or Mistral config?")
+    windows = _windows(values, model_type, values["num_hidden_layers"])
     n_heads = values["num_attention_heads"]
     head_dim = values.get("head_dim") or values["hidden_size"] // n_heads
     theta, scaling = _rope(values)
@@ -202,6 +248,7 @@ def config_from_hf(
         head_dim=head_dim if head_dim * n_heads != values["hidden_size"] else None,
         ff_width=values["intermediate_size"],
         hf_float32=hf_float32,
+        windows=windows,
     )
 
 
@@ -281,7 +328,8 @@ def from_hf(
     rope_layout: str = "halves",
     hf_float32: bool = False,
 ) -> GPT:
-    """A `GPT` holding a Hugging Face LlamaForCausalLM / Qwen3ForCausalLM state dict (chapter 11).
+    """A `GPT` holding a Hugging Face LlamaForCausalLM / Qwen3ForCausalLM / MistralForCausalLM state dict
+    (chapter 11).
 
     Args:
         state_dict: the tensors by name (`model.state_dict()`, or `tl.gpt.load_gpt2_state_dict(folder)`, which
@@ -314,7 +362,7 @@ def load_hf(
     rope_layout: str = "halves",
     hf_float32: bool = False,
 ) -> GPT:
-    """A `GPT` from a Llama or Qwen3 folder written by `save_pretrained` (or downloaded): config.json and
+    """A `GPT` from a Llama, Qwen3 or Mistral folder written by `save_pretrained` (or downloaded): config.json and
     model.safetensors (or its sharded index, or pytorch_model.bin), read without any network (chapter 11).
 
     Args: as `from_hf`.

@@ -235,6 +235,11 @@ def _window_ahead(size, window):  # noqa: ANN001, ANN202
     return (j >= i) & (j < i + window)  # the band above the diagonal: the query and the keys after it
 
 
+def _window_strictly_before(size, window):  # noqa: ANN001, ANN202
+    i, j = _positions(size)
+    return (j < i) & (j >= i - window)  # the `window` keys strictly before the query: its own key left out
+
+
 def _window_causal_only(size, window):  # noqa: ANN001, ANN202
     i, j = _positions(size)
     return j <= i  # the plain causal mask: the window forgotten
@@ -304,6 +309,12 @@ sliding_window_mask = Exercise(
             "future. The window is the query and the keys just before it (rows are queries, columns keys).",
         ),
         Mistake(
+            _window_strictly_before,
+            "the diagonal is False: each query must see its own key, and the window counts it. A window of 3 is "
+            "the query and the 2 keys before it, a window of 1 the query alone; yours holds the `window` keys before "
+            "the query and not the query.",
+        ),
+        Mistake(
             _window_causal_only,
             "every query sees all the keys before it: this is the plain causal mask. The window also hides every "
             "key more than window - 1 positions back.",
@@ -353,6 +364,12 @@ def _pairs_to_halves_one_head(weight, n_heads):  # noqa: ANN001, ANN202
     rows = weight.shape[0]
     w = weight.reshape(rows // 2, 2, *weight.shape[1:])  # the whole matrix as one head
     return w.transpose(0, 1).reshape(weight.shape)
+
+
+def _pairs_to_halves_heads_minor(weight, n_heads):  # noqa: ANN001, ANN202
+    d_k = weight.shape[0] // n_heads
+    w = weight.reshape(d_k, n_heads, *weight.shape[1:])  # the heads as the fast axis: row r is head r % n_heads
+    return torch.cat([w[0::2], w[1::2]]).reshape(weight.shape)
 
 
 def _pairs_to_halves_unchanged(weight, n_heads):  # noqa: ANN001, ANN202
@@ -405,6 +422,12 @@ pairs_to_halves = Exercise(
             "each head has its own pairs.",
         ),
         Mistake(
+            _pairs_to_halves_heads_minor,
+            "the rows were split into heads the wrong way: head h owns the consecutive rows h * d_k to "
+            "(h + 1) * d_k - 1, so reshape to (n_heads, d_k, ...), the heads first; (d_k, n_heads, ...) deals the "
+            "rows out to the heads in turn.",
+        ),
+        Mistake(
             _pairs_to_halves_unchanged,
             "the rows came back in the order they came in: reshaping into pairs and back moves nothing until two "
             "axes are swapped. Within each head, the pairs' first members (rows 0, 2, 4, ...) go first, then their "
@@ -452,6 +475,17 @@ def _muon_reference(weight: Tensor, grad: Tensor, buffer: Tensor, lr: float, mom
 def _muon_no_nesterov(weight, grad, buffer, lr, momentum=0.95):  # noqa: ANN001, ANN202
     m = momentum * buffer + (1 - momentum) * grad
     return weight - lr * _scale(weight) * _ns(m), m  # steps along M itself
+
+
+def _muon_gradient_only(weight, grad, buffer, lr, momentum=0.95):  # noqa: ANN001, ANN202
+    m = momentum * buffer + (1 - momentum) * grad
+    return weight - lr * _scale(weight) * _ns(grad), m  # the momentum computed, then the step along G alone
+
+
+def _muon_outputs_swapped(weight, grad, buffer, lr, momentum=0.95):  # noqa: ANN001, ANN202
+    m = momentum * buffer + (1 - momentum) * grad
+    u = (1 - momentum) * grad + momentum * m
+    return m, weight - lr * _scale(weight) * _ns(u)  # the right step, the pair in the other order
 
 
 def _muon_swapped_momentum(weight, grad, buffer, lr, momentum=0.95):  # noqa: ANN001, ANN202
@@ -723,7 +757,18 @@ muon_update = Exercise(
         Mistake(
             _muon_no_nesterov,
             "the step followed the momentum M itself: the published update (Nesterov momentum, torch's default) "
-            "orthogonalises (1 - beta) G + beta M, which looks one step ahead.",
+            "orthogonalises (1 - beta) G + beta M, which looks one step ahead, with the M of this step (the new "
+            "buffer, the gradient already averaged in): (1 - beta) G + beta times the OLD buffer is M itself.",
+        ),
+        Mistake(
+            _muon_gradient_only,
+            "the momentum was computed but not used: Newton-Schulz ran on the gradient alone. It runs on the "
+            "update U = (1 - beta) G + beta M, which mixes the new gradient with the momentum (at the first step, "
+            "with a zero buffer, the two point the same way, which is why that case passed).",
+        ),
+        Mistake(
+            _muon_outputs_swapped,
+            "your first output is the momentum buffer and your second the weight: return (new_weight, new_buffer).",
         ),
         Mistake(
             _muon_swapped_momentum,
