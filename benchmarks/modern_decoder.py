@@ -27,7 +27,8 @@ apart from the cost of a step.
 **table**: per variant the mean final validation loss over the seeds, the spread (max - min), the mean steps,
 and the change against its reference (chapter 10 for "+", the full model for "-"); a change counts as helping
 only when its gain exceeds the larger of the two seed spreads. Writes `benchmarks/results/modern-ablation.md`, with the
-equal-steps column's table after it where that log has runs.
+equal-steps column's table after it where that log has runs, with the changes sorted by what is left of them
+at equal steps (`PER_STEP_GROUPS`, as chapter 11 prints them).
 
 **headline**: one process, one thread: chapter 10's recipe (its 1400 steps, evaluated every 100), then the full
 modern model with its own recipe given half of that training time, then given all of it. Prints the time the
@@ -60,7 +61,7 @@ import torch  # noqa: E402
 from bench import bfloat16_flags, processor_name  # noqa: E402 - beside this file: the machine's name as the other benchmarks read it
 from gpt_recipe import CHAPTER_RECIPE, MODEL  # noqa: E402
 
-from transformer_lab.gpt_training import ablation_summary  # noqa: E402
+from transformer_lab.gpt_training import ABLATION_SEEDS, ablation_summary  # noqa: E402
 
 ASSETS = ROOT / "transformer_lab" / "assets"
 LOG = ASSETS / "modern_ablation.jsonl"
@@ -516,9 +517,46 @@ def summarise(args: argparse.Namespace) -> int:
     return 0
 
 
+#: The equal-steps column's groups, as chapter 11 prints them: what is left of a change at chapter 10's 1400 steps.
+PER_STEP_GROUPS = (
+    "helps per step",
+    "helps at equal time only, through its cheaper step",
+    "hurts at equal time only, through its dearer step",
+    "hurts per step",
+    "within noise per step",
+)
+
+
+def _change_cost(name: str, cost: dict[str, float]) -> float:
+    """The step cost with the change over without it: against chapter 10 for "+ X" and the full model, against
+    the full model for "full + X"; for "- X", the full model's step over the variant's (which lacks X)."""
+    if name.startswith("- "):
+        return cost["full modern"] / cost[name]
+    return cost[name] / cost["full modern" if name.startswith("full + ") else "chapter 10"]
+
+
+def per_step_group(name: str, timed: dict[str, Any], step: dict[str, Any], cost: dict[str, float]) -> tuple[str, bool]:
+    """Which of `PER_STEP_GROUPS` a change falls in, and whether it helps / hurts per step (by its equal-steps gain
+    against the noise). With fewer than `ABLATION_SEEDS` seeds at equal steps a row has no verdict yet: its noise is
+    then also the variant's own seed spread at equal time (three seeds), a provisional reading. Returns (group,
+    provisional)."""
+    provisional = step["n"] < ABLATION_SEEDS
+    noise = max(step["noise"], timed["spread"]) if provisional else step["noise"]
+    if step["gain"] > noise:
+        return PER_STEP_GROUPS[0], provisional
+    if -step["gain"] > noise:
+        return PER_STEP_GROUPS[3], provisional
+    if timed.get("helps") and _change_cost(name, cost) < 1:
+        return PER_STEP_GROUPS[1], provisional
+    if timed.get("hurts") and _change_cost(name, cost) > 1:
+        return PER_STEP_GROUPS[2], provisional
+    return PER_STEP_GROUPS[4], provisional
+
+
 def _equal_steps_table(lines: list[dict[str, Any]]) -> list[str]:
     """The equal-steps column (`STEPS_LOG`), where it has runs: each variant there at chapter 10's 1400 steps beside
-    its equal-time row, and the variants whose step cost differs by more than 3 % that were not run."""
+    its equal-time row, the changes sorted into `PER_STEP_GROUPS` (as chapter 11 prints them), and the variants whose
+    step cost differs by more than 3 % that are not in the log yet."""
     steps_runs = _read_log(STEPS_LOG)
     if not steps_runs or not any(line["variant"] == "chapter 10" for line in lines):
         return []
@@ -527,31 +565,42 @@ def _equal_steps_table(lines: list[dict[str, Any]]) -> list[str]:
     cost = {line["variant"]: line["step_cost_ms"] for line in lines if "step_cost_ms" in line}
     reference = cost["chapter 10"]
     differs = [name for name in cost if abs(cost[name] / reference - 1) > EQUAL_STEPS_GAP]
+    seeds = sorted({line["seed"] for line in steps_runs})
+    machines = sorted({line["made_on"].split(", ", 1)[1] for line in steps_runs})
     out = [
         "",
         "## The equal-steps column",
         "",
         f"The variants whose step cost differs from chapter 10's by more than {EQUAL_STEPS_GAP:.0%}, trained for "
-        f"chapter 10's {CHAPTER_10['steps']} steps (`ablation --budget equal-steps`, log: `{_shown(STEPS_LOG)}`): "
-        "quality per step, apart from the cost of a step. Gain and verdict as above, against chapter 10's own "
+        f"chapter 10's {CHAPTER_10['steps']} steps (`ablation --budget equal-steps`, log: `{_shown(STEPS_LOG)}`, "
+        f"{len(steps_runs)} runs, seeds {', '.join(map(str, seeds))}; made on: {'; '.join(machines)}): quality per "
+        "step, apart from the cost of a step. Gain and verdict as above, against chapter 10's own "
         f"{CHAPTER_10['steps']}-step runs for '+ X' and 'full modern', against 'full modern' at equal steps for the "
-        "others.",
+        "others. The change's step cost is its step with the change over its step without it (for '- X', the full "
+        f"model's over the variant's). A row with fewer than {ABLATION_SEEDS} seeds has no verdict yet: it is sorted "
+        "provisionally (marked), its noise the larger of the reference's spread and the variant's own spread at "
+        "equal time.",
         "",
-        "| variant | step cost / chapter 10's | equal time: loss (steps) | equal steps: seeds | loss (mean) | spread "
-        "| gain | verdict |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| variant | step cost / chapter 10's | the change's step cost | equal time: loss (steps) | gain | verdict "
+        "| equal steps: seeds | loss (mean) | spread | gain | verdict |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
+    groups: dict[str, list[str]] = {group: [] for group in PER_STEP_GROUPS}
     for name in differs:
-        if name in rows:
+        if name in rows and "gain" in rows[name]:
             r, t = rows[name], timed[name]
-            gain = "" if "gain" not in r else f"{r['gain']:+.4f}"
+            group, provisional = per_step_group(name, t, r, cost)
+            groups[group].append(f"{name} ({r['n']} of {ABLATION_SEEDS} seeds)" if provisional else name)
             out.append(
-                f"| {name} | {cost[name] / reference:.2f} | {t['mean']:.4f} ({t['steps']:.0f}) | {r['n']} "
-                f"| {r['mean']:.4f} | {r['spread']:.4f} | {gain} | {r.get('verdict', '')} |"
+                f"| {name} | {cost[name] / reference:.2f} | {_change_cost(name, cost):.2f} "
+                f"| {t['mean']:.4f} ({t['steps']:.0f}) | {t['gain']:+.4f} | {t['verdict']} | {r['n']} "
+                f"| {r['mean']:.4f} | {r['spread']:.4f} | {r['gain']:+.4f} | {r['verdict']} |"
             )
+    out += ["", "What is left of each change at equal steps:", ""]
+    out += [f"- {group} ({len(names)}): {', '.join(names) or 'none'}" for group, names in groups.items()]
     left = [name for name in differs if name not in rows]
     if left:
-        out += ["", f"Not run at equal steps ({len(left)} variants): " + ", ".join(left) + "."]
+        out += ["", f"Not in the equal-steps log yet ({len(left)} variants): " + ", ".join(left) + "."]
     return out
 
 

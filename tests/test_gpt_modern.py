@@ -863,3 +863,29 @@ def test_the_shipped_log_ran_the_step_budgets_of_the_shipped_costs() -> None:
     for run in runs + later:
         assert run["clock"] == "steps" and run["steps"] == costs["steps"][run["variant"]], run["variant"]
         assert run["recipe"]["steps"] == run["steps"]
+
+
+def test_the_equal_steps_groups_say_what_is_left_of_a_change() -> None:
+    """A change within noise at equal steps helped (or hurt) at equal time only through its cheaper (or dearer)
+    step, its cost taken with the change over without it: for "- X" the full model's step over the variant's. With
+    fewer than three seeds the noise is also the variant's own spread at equal time, and the reading is marked."""
+    md = _modern_decoder()
+    cost = {"chapter 10": 100.0, "full modern": 140.0, "+ A": 90.0, "+ B": 120.0, "- C": 150.0, "full + D": 147.0}
+    assert md._change_cost("+ A", cost) == 0.9 and md._change_cost("full + D", cost) == 1.05
+    assert md._change_cost("- C", cost) == 140.0 / 150.0  # C makes the full model's step cheaper
+
+    def rows(timed_gain: float, step_gain: float, n: int = 3) -> tuple[dict, dict]:
+        timed = dict(gain=timed_gain, spread=0.01, helps=timed_gain > 0.01, hurts=-timed_gain > 0.01)
+        return timed, dict(gain=step_gain, noise=0.002 if n < 3 else 0.01, n=n)
+
+    groups = md.PER_STEP_GROUPS
+    assert md.per_step_group("+ A", *rows(0.04, 0.03), cost) == (groups[0], False)  # helps per step
+    assert md.per_step_group("+ A", *rows(0.04, 0.005), cost) == (groups[1], False)  # only its cheaper step
+    assert md.per_step_group("- C", *rows(0.04, 0.005), cost) == (groups[1], False)
+    assert md.per_step_group("+ B", *rows(-0.03, -0.002), cost) == (groups[2], False)  # only its dearer step
+    assert md.per_step_group("+ B", *rows(-0.03, -0.02), cost) == (groups[3], False)  # hurts per step
+    assert md.per_step_group("+ B", *rows(0.04, 0.005), cost) == (groups[4], False)  # dearer, yet helped in time
+    assert md.per_step_group("full + D", *rows(0.0, 0.0), cost) == (groups[4], False)
+    # one seed: 0.005 beats the reference's spread (0.002) but not the variant's own spread at equal time (0.01)
+    assert md.per_step_group("+ A", *rows(0.04, 0.005, n=1), cost) == (groups[1], True)
+    assert md.per_step_group("+ A", *rows(0.04, 0.015, n=1), cost) == (groups[0], True)
