@@ -3,10 +3,17 @@
 
 from __future__ import annotations
 
+import ast
+import inspect
+import json
+from pathlib import Path
+
 import pytest
 import torch
 
 from transformer_lab import cli, data, shipped, training
+
+CHAPTER = Path(__file__).resolve().parents[1] / "notebooks" / "solutions" / "09_full_model.ipynb"
 
 
 @pytest.fixture(scope="module")
@@ -49,3 +56,31 @@ def test_bad_requests_are_refused_with_the_argument_named() -> None:
     for steps in (0, 401, 2.5, True):
         with pytest.raises(ValueError, match="steps must be an int from 1 to 400"):
             shipped.train_copy_model(steps=steps)  # type: ignore[arg-type]
+
+
+def _call_keywords(tree: ast.AST, name: str) -> dict[str, object]:
+    """The literal keywords of the one call to `name` (e.g. "training.train") in a cell; an `a if QUICK else b`
+    keyword is read as b, the full run's value."""
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and ast.unparse(n.func) == name]
+    assert len(calls) == 1, f"{len(calls)} calls to {name} in the cell"
+    keywords = {}
+    for k in calls[0].keywords:
+        value = k.value.orelse if isinstance(k.value, ast.IfExp) else k.value
+        if isinstance(value, ast.Constant):
+            keywords[k.arg] = value.value
+    return keywords
+
+
+def test_the_recipe_is_the_one_chapter_09_trains() -> None:
+    """COPY_RECIPE says what section 6's cell does; the chapter's own copy model is trained by the same options."""
+    notebook = json.loads(CHAPTER.read_text(encoding="utf-8"))
+    [cell] = [c for c in notebook["cells"] if c["cell_type"] == "code" and "copy_config = " in "".join(c["source"])]
+    tree = ast.parse("".join(cell["source"]))
+    recipe = shipped.COPY_RECIPE
+    assert _call_keywords(tree, "data.CopyTask") == {"max_len": recipe["task"]["max_len"]}
+    assert data.CopyTask(max_len=recipe["task"]["max_len"]).to_dict() == recipe["task"]
+    assert _call_keywords(tree, "tl.TransformerConfig") == recipe["model"]
+    called = _call_keywords(tree, "training.train")
+    defaults = {k: p.default for k, p in inspect.signature(training.train).parameters.items() if k in recipe["train"]}
+    assert {**defaults, **called} == recipe["train"]  # smoothing: train's default, 0.1
+    assert "shipped_copy" in "".join(c for cell in notebook["cells"] for c in cell["source"])  # section 8 reads it
