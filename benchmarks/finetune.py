@@ -1,12 +1,13 @@
 """Chapter 13's measurements: from chapter 10's Tang model to one that writes 藏头诗 (acrostic quatrains).
 
-    python benchmarks/finetune.py run --seed 0            # stages (a)-(e) and (c') for one seed (about 5 CPU minutes)
+    python benchmarks/finetune.py run --seed 0            # stages (a)-(e) and (c') for one seed (about 15 CPU minutes)
     python benchmarks/finetune.py run --seed 0 --write    # ... and ship its checkpoints and log (seed 0's)
-    python benchmarks/finetune.py hack --seed 0           # the reward-hacking run: RL on the rhyme alone, then mended
-    python benchmarks/finetune.py hack --kl 0.1           # the mended reward with a KL penalty to the SFT model
+    python benchmarks/finetune.py hack --seed 0           # reward hacking: RL on the rhyme alone, on the three checks
+                                                          # without KL ("distinct"), and mended (stage e's recipe)
+    python benchmarks/finetune.py hack --reward distinct  # only some of those runs
     python benchmarks/finetune.py table                   # the rates' table of the log: mean and spread over seeds
     python benchmarks/finetune.py ship                    # the log -> transformer_lab/assets/finetune_log.json
-    python benchmarks/finetune.py curve --steps 1000      # a longer SFT (--lora: LoRA), rates every 250 steps
+    python benchmarks/finetune.py curve --steps 2000      # a longer SFT (--lora: LoRA), rates every 250 steps
 
 Base: `transformer_lab/assets/gpt_tang.pt` (chapter 10's, 1.53 M parameters), grown by the three format tokens
 (`tl.finetune.add_special_tokens`). Every stage is measured the same way on two sets of 500 heads: heads of
@@ -26,13 +27,15 @@ Stages:
       kept) and SFT on them;
   (d) SFT with LoRA (rank 8 on every Linear of the blocks, the added tokens' 3 rows trained too), the same data;
   (e) from (c): RL with the group-relative policy gradient, reward = share of the three checks passed (a rhyme on
-      one character twice does not count).
+      one character twice does not count), with a KL penalty to the SFT model (kl_coef 0.1: without it the
+      policy ends nearly every poem on the same two rhyme characters, `hack`'s "distinct" run).
 
 Each line of the log (benchmarks/results/finetune.jsonl) is one stage of one seed: its rates on both head sets,
 its CPU time (`time.process_time`, one thread), its trainable parameters, the training state's memory, its curves,
 and 8 samples. The CPU time is: for (a) and (b), which only sample, that of their sampling of the 1,000 heads; for
 the other stages the stage's own work, the final measurement on the 1,000 heads left out, but the evaluations the
-run makes along the way included: (c) and (d) the SFT run with its validation passes (every 125 steps), (c') the
+run makes along the way included: (c) and (d) the SFT run with its curve (validation loss and the rates on 200
+held-out heads every 250 steps), (c') the
 rejection sampling and its SFT run with its validation, (e) the RL run with its curve's evaluations (100
 validation heads every 25 steps and at step 0). So (c), (d), (c') and (e) are more than their training alone.
 `--write` also saves seed 0's checkpoints (float16) to
@@ -73,6 +76,8 @@ SETTINGS = {
     "lora": FINETUNE_DEFAULTS["lora"],
     "rejection": {"prompts": 400, "samples": 4, "steps": 80, "batch_size": 32, "lr": 5e-4, "warmup": 10},
     "rl": {**FINETUNE_DEFAULTS["rl"], "eval_every": 25, "eval_heads": 100},
+    # the SFT and LoRA runs' curves: validation loss and the rates on the first 200 held-out heads every 250 steps
+    "sft_curve": {"every": 250, "heads": 200},
 }
 SAMPLES = 8
 
@@ -142,6 +147,30 @@ def curve(s: dict, fmt, seed: int):
     return point
 
 
+def sft_curve_point(s: dict, fmt, seed: int):
+    """The SFT and LoRA runs' curve: the rates on the first SETTINGS["sft_curve"]["heads"] held-out heads, called
+    by `tl.finetune.sft` as evaluate(model, step)."""
+    heads = s["heads"]["held_out"][: SETTINGS["sft_curve"]["heads"]]
+
+    def point(model, step: int) -> dict:
+        r = ft.evaluate_poems(
+            model, fmt, s["tokenizer"], heads, s["training_lines"], temperature=SETTINGS["temperature"], seed=seed
+        )
+        texts = r.pop("texts")
+        r["lines"] = [  # each line's share beginning with its head: which line the acrostic misses
+            sum(
+                t is not None and ft.poem_lines(t)[i : i + 1] != [] and ft.poem_lines(t)[i].startswith(h[i])
+                for t, h in zip(texts, heads, strict=True)
+            )
+            / len(heads)
+            for i in range(4)
+        ]
+        print(f"[seed {seed}] step {step}: {r}", flush=True)
+        return {k: (round(v, 4) if isinstance(v, float) else [round(x, 4) for x in v]) for k, v in r.items()}
+
+    return point
+
+
 def base_one_shot(s: dict, seed: int) -> dict:
     """Stage (a): the base model, prompted with one worked example."""
     model, tok, ex = s["base"], s["tokenizer"], s["example"]
@@ -195,10 +224,12 @@ def state_bytes(count: int) -> int:
     return 3 * 4 * count
 
 
-def train_sft(base, train, valid, seed: int, lora: bool = False, log=print, **override):
+def train_sft(base, train, valid, seed: int, lora: bool = False, log=print, evaluate=None, **override):
     """Stage (c) (`lora=False`) or (d): the command line's `sft` recipe (SETTINGS, `override` replacing some of it:
-    the tests' short runs) on `base` grown by the format tokens, then rounded to float16 as shipped. Returns
-    (model, history, trainable parameters)."""
+    the tests' short runs) on `base` grown by the format tokens, then rounded to float16 as shipped. `evaluate`
+    (model, step) -> rates is called with the validation loss every SETTINGS["sft_curve"]["every"] steps (the
+    curve; it samples with its own generator, so the weights are those of a run without it). Returns (model,
+    history, trainable parameters)."""
     c = {**SETTINGS["lora" if lora else "sft"], **override}
     torch.manual_seed(seed)
     model = ft.add_special_tokens(base)
@@ -214,9 +245,10 @@ def train_sft(base, train, valid, seed: int, lora: bool = False, log=print, **ov
         lr=c["lr"],
         warmup=c["warmup"],
         seed=seed,
-        eval_every=125,
+        eval_every=SETTINGS["sft_curve"]["every"],
         new_rows=3 if lora else 0,
         log=log,
+        evaluate=evaluate,
     )
     if lora:
         with torch.no_grad():  # as shipped: A, B and the rows in float16 (the adapter is saved so)
@@ -231,23 +263,32 @@ def train_sft(base, train, valid, seed: int, lora: bool = False, log=print, **ov
 
 def train_rl(sft_model, fmt, tok, heads: list, seed: int, evaluate=None, log=print, **override):
     """Stage (e): the command line's `rl` recipe (SETTINGS, `override` replacing some of it) on a copy of the SFT
-    model, with the poem's reward (a rhyme on one character twice does not count), rounded to float16 as shipped.
-    Returns (model, history)."""
+    model, with the poem's reward (a rhyme on one character twice does not count) and the recipe's KL penalty
+    to the SFT model itself (kl_coef), rounded to float16 as shipped. Returns (model, history)."""
+    return _train_rl_with(
+        sft_model, fmt, tok, heads, seed, lambda text, h: ft.poem_reward(text, h, True), evaluate, override, log
+    )
+
+
+def _train_rl_with(sft_model, fmt, tok, heads: list, seed: int, reward, evaluate, override: dict, log=print):
     import copy
 
     c = {**SETTINGS["rl"], **override}
     model = copy.deepcopy(sft_model)
+    reference = copy.deepcopy(sft_model) if c["kl_coef"] else None
     hist = ft.rl(
         model,
         fmt,
         tok,
         heads,
-        lambda text, h: ft.poem_reward(text, h, True),
+        reward,
         steps=c["steps"],
         prompts_per_step=c["prompts_per_step"],
         group_size=c["group_size"],
         lr=c["lr"],
         temperature=c["temperature"],
+        kl_coef=c["kl_coef"],
+        reference=reference,
         seed=seed,
         evaluate=evaluate,
         eval_every=c["eval_every"],
@@ -257,7 +298,15 @@ def train_rl(sft_model, fmt, tok, heads: list, seed: int, evaluate=None, log=pri
     return model, hist
 
 
-def run(seed: int, write: bool, log_path: Path) -> None:
+STAGES = ("a", "b", "c", "d", "c2", "e")
+
+
+def run(seed: int, write: bool, log_path: Path, stages: tuple[str, ...] = STAGES) -> None:
+    """The stages of one seed (`stages`: some of STAGES, e.g. ("a", "b", "c", "e") for the pipeline without LoRA
+    and rejection sampling: each stage's result does not depend on the others run beside it). `write` (all
+    stages) ships the checkpoints."""
+    if write and tuple(stages) != STAGES:
+        raise ValueError("--write ships every stage's checkpoint: run all the stages")
     torch.set_num_threads(1)
     s = setup()
     tok = s["tokenizer"]
@@ -273,25 +322,27 @@ def run(seed: int, write: bool, log_path: Path) -> None:
         print(f"[seed {seed}] {stage}: {seconds:.1f} s CPU {short}", flush=True)
 
     torch.manual_seed(seed)
-    t = time.process_time()
-    result = base_one_shot(s, seed)  # sampling only: the CPU time of the 1,000 samples
-    record("a_base_one_shot", time.process_time() - t, result)
-    t = time.process_time()
-    result = base_forced(s, seed)
-    record("b_forced_heads", time.process_time() - t, result)
+    if "a" in stages:
+        t = time.process_time()
+        result = base_one_shot(s, seed)  # sampling only: the CPU time of the 1,000 samples
+        record("a_base_one_shot", time.process_time() - t, result)
+    if "b" in stages:
+        t = time.process_time()
+        result = base_forced(s, seed)
+        record("b_forced_heads", time.process_time() - t, result)
 
     train = ft.encode_examples(s["splits"]["train"], fmt, tok)
     valid = ft.encode_examples(s["splits"]["validation"], fmt, tok)
 
     # (c) SFT, all weights
-    sft_model, hist, count = train_sft(s["base"], train, valid, seed)
+    sft_model, hist, count = train_sft(s["base"], train, valid, seed, evaluate=sft_curve_point(s, fmt, seed))
     record(
         "c_sft",
         hist["seconds"][0],
         {
             "trainable": count,
             "state_bytes": state_bytes(count),
-            "curve": {k: hist[k] for k in ("eval_step", "val_loss")},
+            "curve": {k: hist[k] for k in ("eval_step", "val_loss", "eval")},
             **evaluate(sft_model, fmt, s, seed),
         },
     )
@@ -299,46 +350,52 @@ def run(seed: int, write: bool, log_path: Path) -> None:
         ft.save_sft(sft_model, ASSETS / "finetune_sft.pt", tok, fmt, half=True, settings=SETTINGS["sft"])
 
     # (d) SFT with LoRA
-    lora_model, hist, count = train_sft(s["base"], train, valid, seed, lora=True)
-    record(
-        "d_lora",
-        hist["seconds"][0],
-        {
-            "trainable": count,
-            "state_bytes": state_bytes(count),
-            "trainable_share": count / sum(p.numel() for p in s["base"].parameters()),
-            "curve": {k: hist[k] for k in ("eval_step", "val_loss")},
-            **evaluate(lora_model, fmt, s, seed),
-        },
-    )
+    if "d" in stages:
+        lora_model, hist, count = train_sft(
+            s["base"], train, valid, seed, lora=True, evaluate=sft_curve_point(s, fmt, seed)
+        )
+        record(
+            "d_lora",
+            hist["seconds"][0],
+            {
+                "trainable": count,
+                "state_bytes": state_bytes(count),
+                "trainable_share": count / sum(p.numel() for p in s["base"].parameters()),
+                "curve": {k: hist[k] for k in ("eval_step", "val_loss", "eval")},
+                **evaluate(lora_model, fmt, s, seed),
+            },
+        )
 
     # (c') rejection sampling from (c), then SFT on the kept poems
-    import copy
+    if "c2" in stages:
+        import copy
 
-    c = SETTINGS["rejection"]
-    rft_model = copy.deepcopy(sft_model)
-    t = time.process_time()
-    prompts = random.Random(seed).sample(s["train_heads"], c["prompts"])
-    pairs = ft.rejection_sample(rft_model, fmt, tok, prompts, samples=c["samples"], seed=seed)
-    sampling = time.process_time() - t
-    hist = ft.sft(
-        rft_model,
-        ft.encode_examples(pairs, fmt, tok),
-        valid,
-        steps=c["steps"],
-        batch_size=c["batch_size"],
-        lr=c["lr"],
-        warmup=c["warmup"],
-        seed=seed,
-        eval_every=80,
-    )
-    record(
-        "c2_rejection",
-        sampling + hist["seconds"][0],
-        {"kept": len(pairs), "sampled": c["prompts"] * c["samples"], **evaluate(rft_model, fmt, s, seed)},
-    )
+        c = SETTINGS["rejection"]
+        rft_model = copy.deepcopy(sft_model)
+        t = time.process_time()
+        prompts = random.Random(seed).sample(s["train_heads"], c["prompts"])
+        pairs = ft.rejection_sample(rft_model, fmt, tok, prompts, samples=c["samples"], seed=seed)
+        sampling = time.process_time() - t
+        hist = ft.sft(
+            rft_model,
+            ft.encode_examples(pairs, fmt, tok),
+            valid,
+            steps=c["steps"],
+            batch_size=c["batch_size"],
+            lr=c["lr"],
+            warmup=c["warmup"],
+            seed=seed,
+            eval_every=80,
+        )
+        record(
+            "c2_rejection",
+            sampling + hist["seconds"][0],
+            {"kept": len(pairs), "sampled": c["prompts"] * c["samples"], **evaluate(rft_model, fmt, s, seed)},
+        )
 
     # (e) RL from (c)
+    if "e" not in stages:
+        return
     rl_model, hist = train_rl(sft_model, fmt, tok, s["train_heads"], seed, evaluate=curve(s, fmt, seed))
     record(
         "e_rl",
@@ -360,45 +417,31 @@ def run(seed: int, write: bool, log_path: Path) -> None:
     print(f"[seed {seed}] total CPU {time.process_time():.0f} s")
 
 
-def hack(seed: int, log_path: Path, kl_coef: float = 0.0) -> None:
-    """RL from seed `seed`'s SFT model (finetune_sft.pt) on the rhyme alone, then on the mended reward (the
-    same run as stage (e)'s of that seed); with `kl_coef` > 0 only the mended reward with a KL penalty to the
-    SFT model."""
-    import copy
+#: The reward-hacking runs (`hack`): name -> (reward, KL penalty to the SFT model). "rhyme_only" is the reward a
+#: policy games (the same last character at the end of lines 2 and 4); "distinct" the three checks with 重韵 not
+#: counted, no KL (each poem is then fine, but the policy ends nearly every poem on the same pair of characters);
+#: "mended" stage (e)'s recipe: the same reward with the KL penalty (`SETTINGS["rl"]["kl_coef"]`).
+HACK_RUNS = {
+    "rhyme_only": (ft.rhyme_reward, 0.0),
+    "distinct": (lambda text, heads: ft.poem_reward(text, heads, True), 0.0),
+    "mended": (lambda text, heads: ft.poem_reward(text, heads, True), None),
+}
 
+
+def hack(seed: int, log_path: Path, names: list[str] | None = None) -> None:
+    """RL from seed `seed`'s SFT model (finetune_sft.pt, as shipped) with each reward of `HACK_RUNS` (all by
+    default); "mended" is stage (e)'s recipe, the same run as the stage's of that seed."""
     torch.set_num_threads(1)
     s = setup()
-    c = SETTINGS["rl"]
-    runs = (
-        [("rhyme_only", ft.rhyme_reward), ("mended", lambda text, heads: ft.poem_reward(text, heads, True))]
-        if not kl_coef
-        else [(f"mended_kl{kl_coef:g}", lambda text, heads: ft.poem_reward(text, heads, True))]
-    )
-    for name, reward in runs:
-        model, tok, fmt = ft.load_sft(ASSETS / "finetune_sft.pt")
-        reference = copy.deepcopy(model) if kl_coef else None
-        point = curve(s, fmt, seed)
-
-        hist = ft.rl(
-            model,
-            fmt,
-            tok,
-            s["train_heads"],
-            reward,
-            steps=c["steps"],
-            prompts_per_step=c["prompts_per_step"],
-            group_size=c["group_size"],
-            lr=c["lr"],
-            seed=seed,
-            kl_coef=kl_coef,
-            reference=reference,
-            evaluate=point,
-            eval_every=c["eval_every"],
-            log=print,
-        )
+    for name in names or list(HACK_RUNS):
+        reward, kl_coef = HACK_RUNS[name]
+        sft_model, tok, fmt = ft.load_sft(ASSETS / "finetune_sft.pt")
+        override = {} if kl_coef is None else {"kl_coef": kl_coef}
+        model, hist = _train_rl_with(sft_model, fmt, tok, s["train_heads"], seed, reward, curve(s, fmt, seed), override)
         line = {
             "reward": name,
             "seed": seed,
+            "kl_coef": SETTINGS["rl"]["kl_coef"] if kl_coef is None else kl_coef,
             "cpu_seconds": round(hist["seconds"][0], 2),
             "curve": {
                 "step": hist["step"],
@@ -425,7 +468,7 @@ STAGE_NAMES = {
 
 def table(log_path: Path) -> str:
     """The rates' table (markdown): per stage and head set, each measure's mean ± spread (max - min) over the
-    seeds in %, and the CPU seconds (mean)."""
+    seeds in % (a stage may have fewer seeds than another: its "seeds" column), and the CPU seconds (mean)."""
     rows = [json.loads(line) for line in open(log_path, encoding="utf-8") if line.strip()]
     stages = [s for s in STAGE_NAMES if any(r["stage"] == s for r in rows)]
     keys = ("form", "acrostic", "rhyme", "all", "distinct", "copied", "last_chars")
@@ -433,8 +476,8 @@ def table(log_path: Path) -> str:
     for heads in ("held_out", "random"):
         seeds = sorted({r["seed"] for r in rows})
         lines.append(f"\n{heads.replace('_', '-')} heads, 500, seeds {seeds}: mean ± spread (max - min), %\n")
-        lines.append("| stage | " + " | ".join(keys) + " | CPU s |")
-        lines.append("|---" * (len(keys) + 2) + "|")
+        lines.append("| stage | seeds | " + " | ".join(keys) + " | CPU s |")
+        lines.append("|---" * (len(keys) + 3) + "|")
         for stage in stages:
             rs = [r for r in rows if r["stage"] == stage]
             cells = []
@@ -442,7 +485,10 @@ def table(log_path: Path) -> str:
                 v = [100 * r[heads][k] for r in rs]
                 cells.append(f"{sum(v) / len(v):.1f} ± {max(v) - min(v):.1f}")
             sec = [r["cpu_seconds"] for r in rs]
-            lines.append(f"| {STAGE_NAMES[stage]} | " + " | ".join(cells) + f" | {sum(sec) / len(sec):.0f} |")
+            seeds_of = ",".join(str(r["seed"]) for r in sorted(rs, key=lambda r: r["seed"]))
+            lines.append(
+                f"| {STAGE_NAMES[stage]} | {seeds_of} | " + " | ".join(cells) + f" | {sum(sec) / len(sec):.0f} |"
+            )
     return "\n".join(lines)
 
 
@@ -520,9 +566,17 @@ def summary(rows: list[dict]) -> dict:
 
 def ship() -> None:
     """benchmarks/results/finetune.jsonl (every seed's lines) -> transformer_lab/assets/finetune_log.json: the
-    settings, the summary, every line, and the reward-hacking run's lines."""
+    settings, the summary, every line, and the reward-hacking runs' lines. A seed whose "mended" run is not in the
+    hacking log gets stage (e)'s line of that seed as it: the same run (the same SFT model as shipped in float16,
+    reward, KL penalty, seed and steps), deterministic on a CPU, so it is not run twice."""
     rows = [json.loads(line) for line in open(LOG, encoding="utf-8") if line.strip()]
     hacking = [json.loads(line) for line in open(HACK_LOG, encoding="utf-8")] if HACK_LOG.exists() else []
+    for seed in sorted({h["seed"] for h in hacking}):
+        if not any(h["seed"] == seed and h["reward"] == "mended" for h in hacking):
+            e = next((r for r in rows if r["stage"] == "e_rl" and r["seed"] == seed), None)
+            if e is not None:
+                keep = {k: v for k, v in e.items() if k not in ("stage", "seed")}
+                hacking.append({"reward": "mended", "seed": seed, "kl_coef": SETTINGS["rl"]["kl_coef"], **keep})
     shipped = {"settings": SETTINGS, "base": "gpt_tang.pt", "summary": summary(rows), "runs": rows, "hacking": hacking}
     (ASSETS / "finetune_log.json").write_text(json.dumps(shipped, ensure_ascii=False, indent=1) + "\n", "utf-8")
     print(table(LOG))
@@ -532,18 +586,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("command", choices=("run", "hack", "table", "ship", "curve"))
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--stages", default=",".join(STAGES), help="run: some of a,b,c,d,c2,e (c always runs)")
     parser.add_argument("--write", action="store_true", help="ship the checkpoints and the log (seed 0)")
     parser.add_argument("--log", default=None)
     parser.add_argument("--steps", type=int, default=1000, help="curve: SFT steps")
     parser.add_argument("--every", type=int, default=250, help="curve: steps between evaluations")
     parser.add_argument("--lora", action="store_true", help="curve: LoRA instead of all weights")
-    parser.add_argument("--kl", type=float, default=0.0, help="hack: only the mended reward, with this KL penalty")
+    parser.add_argument("--reward", action="append", choices=list(HACK_RUNS), help="hack: only these runs")
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     if args.command == "run":
-        run(args.seed, args.write, Path(args.log) if args.log else LOG)
+        stages = tuple(args.stages.split(","))
+        if not set(stages) <= set(STAGES):
+            parser.error(f"--stages must be some of {','.join(STAGES)}, got {args.stages}")
+        run(args.seed, args.write, Path(args.log) if args.log else LOG, stages)
     elif args.command == "hack":
-        hack(args.seed, Path(args.log) if args.log else HACK_LOG, args.kl)
+        hack(args.seed, Path(args.log) if args.log else HACK_LOG, args.reward)
     elif args.command == "curve":
         log = Path(args.log) if args.log else ROOT / "benchmarks" / "results" / "finetune-sft-curve.jsonl"
         sft_curve(args.seed, args.steps, args.every, args.lora, log)

@@ -37,7 +37,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     paths = {"sft": folder / "sft.pt", "lora": folder / "lora.pt", "rl": folder / "rl.pt"}
     assert cli.main(["sft", "--steps", "2", "--batch-size", "4", "--out", str(paths["sft"])]) == 0
     assert cli.main(["sft", "--lora-rank", "2", "--steps", "2", "--batch-size", "4", "--out", str(paths["lora"])]) == 0
-    assert cli.main(["rl", str(paths["sft"]), "--steps", "1", "--out", str(paths["rl"])]) == 0
+    assert cli.main(["rl", str(paths["sft"]), "--steps", "2", "--out", str(paths["rl"])]) == 0
     return paths
 
 
@@ -99,6 +99,8 @@ def test_sft_and_rl_refuse_bad_options(trained: dict[str, Path], tmp_path: Path)
     assert "--batch-size" in fail_message(["sft", "--batch-size", "0", "--out", str(tmp_path / "x.pt")])
     assert "--steps" in fail_message(["sft", "--steps", "0", "--out", str(tmp_path / "x.pt")])
     assert "--lora-rank" in fail_message(["sft", "--lora-rank", "-1", "--out", str(tmp_path / "x.pt")])
+    for value in ("-0.1", "nan", "inf"):
+        assert "--kl must be a number >= 0" in fail_message(["rl", str(trained["sft"]), "--kl", value, "--out", "x"])
     assert "without a prompt/response format" in fail_message(["rl", BASE, "--out", str(tmp_path / "x.pt")])
     assert "already fine-tuned" in fail_message(["sft", "--base", str(trained["sft"]), "--out", str(tmp_path / "x")])
 
@@ -183,10 +185,14 @@ def test_cli_commands_reproduce_the_benchmarks_runs(trained: dict[str, Path], tm
             layer["B"], theirs["layers"][name]["B"]
         )
 
-    rl_model, _ = bench.train_rl(cli_sft, fmt, tok, s["train_heads"], 0, log=None, steps=1)
+    assert bench.SETTINGS["rl"]["kl_coef"] > 0  # the recipe's KL penalty to the SFT model: on in both
+    rl_model, _ = bench.train_rl(cli_sft, fmt, tok, s["train_heads"], 0, log=None, steps=2)
     cli_rl, _, _ = ft.load_sft(trained["rl"])
     for name, tensor in cli_rl.state_dict().items():
         assert torch.equal(tensor, rl_model.state_dict()[name]), name
+    # the penalty's gradient is zero at the first step (the policy is the reference), not at the second
+    no_kl, _ = bench.train_rl(cli_sft, fmt, tok, s["train_heads"], 0, log=None, steps=2, kl_coef=0.0)
+    assert any(not torch.equal(t, no_kl.state_dict()[n]) for n, t in cli_rl.state_dict().items())
 
 
 def test_shipped_checkpoints_record_the_cli_recipes() -> None:

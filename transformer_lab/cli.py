@@ -25,6 +25,7 @@ a ByteBPE's `to_dict` (its merges) when trained with --tokenizer; `tl.training.l
 from __future__ import annotations
 
 import argparse
+import copy
 import math
 import os
 import re
@@ -816,17 +817,17 @@ FINETUNE_CHECKPOINTS = {
 }
 #: The recipes of chapter 13 (benchmarks/finetune.py's SETTINGS; tested equal).
 FINETUNE_DEFAULTS: dict[str, Any] = {
-    "sft": {"steps": 250, "batch_size": 32, "lr": 2e-3, "warmup": 20},
+    "sft": {"steps": 1000, "batch_size": 32, "lr": 4e-3, "warmup": 20},
     "lora": {
-        "steps": 250,
+        "steps": 1000,
         "batch_size": 32,
-        "lr": 4e-3,
+        "lr": 2e-2,
         "warmup": 20,
         "rank": 8,
         "alpha": 16.0,
         "targets": ["w_q", "w_k", "w_v", "w_o", "w1", "w2"],
     },
-    "rl": {"steps": 50, "prompts_per_step": 16, "group_size": 8, "lr": 3e-4, "temperature": 1.0},
+    "rl": {"steps": 50, "prompts_per_step": 16, "group_size": 8, "lr": 3e-4, "temperature": 1.0, "kl_coef": 0.1},
 }
 FINETUNE_COMMANDS_DOC = (
     "transformer-lab sft --out transformer_lab/assets/finetune_sft.pt",
@@ -855,7 +856,12 @@ def _add_finetune_commands(commands: Any) -> None:
     )
     f.add_argument("--steps", type=int, default=d["steps"], help=f"optimisation steps (default {d['steps']})")
     f.add_argument("--batch-size", type=int, default=d["batch_size"], help="examples per step (default 32)")
-    f.add_argument("--lr", type=float, default=None, help="peak learning rate (default 2e-3; with LoRA 4e-3)")
+    f.add_argument(
+        "--lr",
+        type=float,
+        default=None,
+        help=f"peak learning rate (default {d['lr']:g}; with LoRA {FINETUNE_DEFAULTS['lora']['lr']:g})",
+    )
     f.add_argument("--seed", type=int, default=0, help="seed of the batches and of LoRA's A (default 0)")
     f.add_argument("--threads", type=int, default=1, help="CPU threads for PyTorch (default 1)")
     g = commands.add_parser(
@@ -863,13 +869,20 @@ def _add_finetune_commands(commands: Any) -> None:
         help="reinforcement learning of a fine-tuned Tang GPT with the poem's checks as reward (chapter 13)",
         description="RL with a reward a program checks (chapter 13): a group-relative policy gradient from a model "
         "written by `sft`, on the training poems' heads, reward = the share of the three checks passed (in form, "
-        "acrostic, lines 2 and 4 rhyming on two different characters). With the defaults, from the shipped "
+        "acrostic, lines 2 and 4 rhyming on two different characters), with a KL penalty to the SFT model (--kl) that "
+        "keeps the rhyme characters varied. With the defaults, from the shipped "
         "finetune_sft.pt, it reproduces transformer_lab/assets/finetune_rl.pt.",
     )
     g.add_argument("checkpoint", help="a model written by `sft`")
     g.add_argument("--out", required=True, help="where to write the model")
     g.add_argument("--steps", type=int, default=r["steps"], help=f"policy-gradient steps (default {r['steps']})")
     g.add_argument("--lr", type=float, default=r["lr"], help=f"learning rate (default {r['lr']})")
+    g.add_argument(
+        "--kl",
+        type=float,
+        default=r["kl_coef"],
+        help=f"weight of the KL penalty to the SFT model (default {r['kl_coef']}; 0: none, as nanochat)",
+    )
     g.add_argument(
         "--reward",
         choices=("poem", "rhyme"),
@@ -1017,6 +1030,8 @@ def _rl_command(args: argparse.Namespace) -> int:
 
     _positive_options(args, ("steps", "threads"))
     _positive_rate(args.lr)
+    if not (args.kl >= 0 and math.isfinite(args.kl)):
+        _fail(f"--kl must be a number >= 0 (the KL penalty's weight; 0: none), got {args.kl}")
     torch.set_num_threads(args.threads)
     model, tokenizer, fmt = _load_finetuned(args.checkpoint)
     splits = ft.sft_splits(load_corpus("tang"))
@@ -1029,6 +1044,7 @@ def _rl_command(args: argparse.Namespace) -> int:
     else:
         reward = ft.rhyme_reward
     r = FINETUNE_DEFAULTS["rl"]
+    reference = copy.deepcopy(model) if args.kl else None  # the SFT model, frozen: what the KL penalty measures
     history = ft.rl(
         model,
         fmt,
@@ -1040,6 +1056,8 @@ def _rl_command(args: argparse.Namespace) -> int:
         group_size=r["group_size"],
         lr=args.lr,
         temperature=r["temperature"],
+        kl_coef=args.kl,
+        reference=reference,
         seed=args.seed,
     )
     ft.save_sft(
@@ -1048,7 +1066,7 @@ def _rl_command(args: argparse.Namespace) -> int:
         tokenizer,
         fmt,
         half=True,
-        settings={"steps": args.steps, "lr": args.lr, "reward": args.reward, "seed": args.seed},
+        settings={"steps": args.steps, "lr": args.lr, "kl_coef": args.kl, "reward": args.reward, "seed": args.seed},
     )
     rewards = history["reward"]
     print(
