@@ -298,3 +298,32 @@ def test_grader_threads_compute_their_references_one_at_a_time(monkeypatch):
         thread.join()
     assert max(most) == 1
     assert [g.points for g in grades] == [3.0, 3.0], [g.cases for g in grades]
+
+
+# ---------------------------------------------------------------- fast: the student folder's models
+
+
+@pytest.mark.parametrize("edition", ["notebooks", "notebooks/zh"])
+def test_chapter_09s_student_folder_gets_the_copy_model_its_code_loads(edition, tmp_path):
+    """Chapter 09 calls cli.load_shipped("copy"): its student folder needs copy_model.pt even if its prose stopped
+    naming the file (the "any file a chapter names" rule would then miss it)."""
+    [chapter] = sorted((ROOT / edition).glob("09_*.ipynb"))
+    text = chapter.read_text(encoding="utf-8")
+    assert 'load_shipped(\\"copy\\")' in text, "chapter 09 no longer loads the shipped copy model: update this test"
+    assert "copy_model.pt" in classroom.needed_assets([chapter])
+    reworded = tmp_path / chapter.name  # the same chapter with every mention of the file's name gone
+    reworded.write_text(text.replace("copy_model", "the copy checkpoint"), encoding="utf-8")
+    assert "copy_model" not in reworded.read_text(encoding="utf-8")
+    assert "copy_model.pt" in classroom.needed_assets([reworded])
+    assert "dates_model.pt" in classroom.needed_assets([reworded])  # and the date model its sections 8-9 decode
+
+
+def test_a_chapter_that_loads_no_copy_model_does_not_get_it(tmp_path):
+    loads_dates = tmp_path / "98_dates.ipynb"
+    loads_dates.write_text('{"source": ["model, tokenizer, task = cli.load_shipped()\\n"]}', encoding="utf-8")
+    assert classroom.needed_assets([loads_dates]) >= {"dates_model.pt"}
+    assert "copy_model.pt" not in classroom.needed_assets([loads_dates])
+    for call in ('cli.load_shipped("copy")', "cli.load_shipped(task='copy')"):  # as a .py file writes it
+        loads_copy = tmp_path / "97_copy.py"
+        loads_copy.write_text(call + "\n", encoding="utf-8")
+        assert "copy_model.pt" in classroom.needed_assets([loads_copy])

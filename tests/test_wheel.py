@@ -99,6 +99,7 @@ def test_the_wheel_and_the_sdist_carry_every_chapter_in_both_languages(built):
     for chapter in chapters_zh:
         assert f"transformer_lab/notebooks/zh/{chapter}" in names
     assert "transformer_lab/assets/dates_model.pt" in names and "transformer_lab/locale/messages.json" in names
+    assert "transformer_lab/assets/copy_model.pt" in names  # chapter 09's cli.load_shipped("copy")
     assert not any("/solutions/" in n for n in names), "the wheel must not carry the solutions"
     root = sdist.name[: -len(".tar.gz")]
     members = set(tarfile.open(sdist).getnames())

@@ -404,6 +404,9 @@ def needed_assets(chapters: Sequence[pathlib.Path]) -> set[str]:
     text = "\n".join(p.read_text(encoding="utf-8") for p in chapters)
     if "load_shipped" in text or "dates_model" in text:
         used.add("dates_model.pt")
+    # chapter 09's copy model: cli.load_shipped("copy"), quoted as in a notebook's JSON (\") or in a .py file
+    if re.search(r"""load_shipped\(\s*(task\s*=\s*)?\\?["']copy""", text) or "copy_model" in text:
+        used.add("copy_model.pt")
     if re.search(r"shakespeare|tang|load_corpus|CORPORA", text):
         used |= {a for a in assets if a.endswith(".txt") and "CJK" not in a} | {"CORPORA.md"}
     if "gpt" in text.lower():  # chapter 10: its checkpoints and nanoGPT's training log
