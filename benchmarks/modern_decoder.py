@@ -61,7 +61,14 @@ import torch  # noqa: E402
 from bench import bfloat16_flags, processor_name  # noqa: E402 - beside this file: the machine's name as the other benchmarks read it
 from gpt_recipe import CHAPTER_RECIPE, MODEL  # noqa: E402
 
-from transformer_lab.gpt_training import ABLATION_SEEDS, ablation_summary  # noqa: E402
+from transformer_lab.gpt_training import (  # noqa: E402 - the equal-steps rule, shared with chapter 11's cell
+    ABLATION_SEEDS,
+    EQUAL_STEPS_GAP,
+    PER_STEP_GROUPS,
+    ablation_summary,
+    change_step_cost,
+    per_step_group,
+)
 
 ASSETS = ROOT / "transformer_lab" / "assets"
 LOG = ASSETS / "modern_ablation.jsonl"
@@ -72,9 +79,9 @@ COSTS = ROOT / "benchmarks" / "results" / "modern-step-costs.json"
 #: the four variants' runs are in LOG.
 LATER = ROOT / "benchmarks" / "results" / "modern-ablation-later.jsonl"
 #: The equal-steps column: the variants whose step cost differs from chapter 10's by more than `EQUAL_STEPS_GAP`,
-#: each trained for chapter 10's 1400 steps (not its time), so that quality per step and cost per step are told apart.
+#: each trained for chapter 10's 1400 steps (not its time), so that quality per step and cost per step are told apart;
+#: and chapter 10 itself (`--variants "chapter 10"`), their reference, on the same machine.
 STEPS_LOG = ASSETS / "modern_ablation_steps.jsonl"
-EQUAL_STEPS_GAP = 0.03
 
 #: The full modern model: nanochat's choices on chapter 10's model (no biases, untied head, rotary positions,
 #: RMSNorm without a weight everywhere and after the embedding, QK norm, ReLU^2, soft-capped logits, zero-initialised
@@ -338,9 +345,19 @@ def costs_command(args: argparse.Namespace) -> int:
 
 
 def _read_log(path: Path) -> list[dict[str, Any]]:
+    """The log's runs. A last line that does not parse is skipped: a run still appending to the log may have
+    written only part of it. Any other line that does not parse is an error."""
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    runs = []
+    for i, line in enumerate(lines):
+        try:
+            runs.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i < len(lines) - 1:
+                raise
+    return runs
 
 
 def _key(job: dict[str, Any]) -> tuple[str, int, str]:
@@ -382,15 +399,17 @@ def equal_steps_variants(costs: dict[str, Any]) -> list[str]:
 
 def equal_steps(args: argparse.Namespace) -> int:
     """Train the chosen variants for chapter 10's number of steps (variant by variant, every seed of one before
-    the next), into their own log (`STEPS_LOG` by default)."""
+    the next), into their own log (`STEPS_LOG` by default). "chapter 10" (its own recipe, no overrides) may be chosen
+    too, and comes first by default: the reference of the "+ X" rows and the full model, run on the same machine as
+    they are."""
     costs = json.loads(Path(args.costs).read_text(encoding="utf-8"))
-    eligible = equal_steps_variants(costs)
+    eligible = ["chapter 10"] + equal_steps_variants(costs)
     chosen = args.variants or eligible
     unknown = [name for name in chosen if name not in eligible]
     if unknown:
         print(
-            f"--variants: {unknown} are not variants whose step cost differs from chapter 10's by more than "
-            f"{EQUAL_STEPS_GAP:.0%}; choose among {eligible}",
+            f"--variants: {unknown} are neither chapter 10 nor variants whose step cost differs from chapter 10's by "
+            f"more than {EQUAL_STEPS_GAP:.0%}; choose among {eligible}",
             file=sys.stderr,
         )
         return 2
@@ -517,54 +536,34 @@ def summarise(args: argparse.Namespace) -> int:
     return 0
 
 
-#: The equal-steps column's groups, as chapter 11 prints them: what is left of a change at chapter 10's 1400 steps.
-PER_STEP_GROUPS = (
-    "helps per step",
-    "helps at equal time only, through its cheaper step",
-    "hurts at equal time only, through its dearer step",
-    "hurts per step",
-    "within noise per step",
-)
-
-
-def _change_cost(name: str, cost: dict[str, float]) -> float:
-    """The step cost with the change over without it: against chapter 10 for "+ X" and the full model, against
-    the full model for "full + X"; for "- X", the full model's step over the variant's (which lacks X)."""
-    if name.startswith("- "):
-        return cost["full modern"] / cost[name]
-    return cost[name] / cost["full modern" if name.startswith("full + ") else "chapter 10"]
-
-
-def per_step_group(name: str, timed: dict[str, Any], step: dict[str, Any], cost: dict[str, float]) -> tuple[str, bool]:
-    """Which of `PER_STEP_GROUPS` a change falls in, and whether it helps / hurts per step (by its equal-steps gain
-    against the noise). With fewer than `ABLATION_SEEDS` seeds at equal steps a row has no verdict yet: its noise is
-    then also the variant's own seed spread at equal time (three seeds), a provisional reading. Returns (group,
-    provisional)."""
-    provisional = step["n"] < ABLATION_SEEDS
-    noise = max(step["noise"], timed["spread"]) if provisional else step["noise"]
-    if step["gain"] > noise:
-        return PER_STEP_GROUPS[0], provisional
-    if -step["gain"] > noise:
-        return PER_STEP_GROUPS[3], provisional
-    if timed.get("helps") and _change_cost(name, cost) < 1:
-        return PER_STEP_GROUPS[1], provisional
-    if timed.get("hurts") and _change_cost(name, cost) > 1:
-        return PER_STEP_GROUPS[2], provisional
-    return PER_STEP_GROUPS[4], provisional
-
-
 def _equal_steps_table(lines: list[dict[str, Any]]) -> list[str]:
     """The equal-steps column (`STEPS_LOG`), where it has runs: each variant there at chapter 10's 1400 steps beside
-    its equal-time row, the changes sorted into `PER_STEP_GROUPS` (as chapter 11 prints them), and the variants whose
-    step cost differs by more than 3 % that are not in the log yet."""
+    its equal-time row, the changes sorted into `PER_STEP_GROUPS` (`per_step_group`, which chapter 11 calls too),
+    the variants whose step cost differs by more than 3 % that are not in the log yet, and those left out (within
+    3 %). The reference of "+ X" and "full modern" is chapter 10's 1400-step runs of the same log (the same machine)
+    where it has them, else those of the main log (`lines`, other machines), which the text then says."""
     steps_runs = _read_log(STEPS_LOG)
     if not steps_runs or not any(line["variant"] == "chapter 10" for line in lines):
         return []
     timed = ablation_summary(lines)
-    rows = ablation_summary([line for line in lines if line["variant"] == "chapter 10"] + steps_runs)
+    own = [line for line in steps_runs if line["variant"] == "chapter 10"]
+    main = [line for line in lines if line["variant"] == "chapter 10"]
+    rows = ablation_summary(steps_runs if own else main + steps_runs)
+    if own:
+        where = (
+            f"against chapter 10's own {CHAPTER_10['steps']}-step runs of this log ({len(own)} of {ABLATION_SEEDS} "
+            "seeds, the same machine) for '+ X' and 'full modern'"
+        )
+    else:
+        where = (
+            f"against chapter 10's {CHAPTER_10['steps']}-step runs of the main log for '+ X' and 'full modern' (this "
+            "log has no chapter 10 runs yet; those ran on other machines, whose rounding alone can move a run by "
+            "about 0.01)"
+        )
     cost = {line["variant"]: line["step_cost_ms"] for line in lines if "step_cost_ms" in line}
     reference = cost["chapter 10"]
     differs = [name for name in cost if abs(cost[name] / reference - 1) > EQUAL_STEPS_GAP]
+    same = [name for name in cost if name not in differs and name not in ("chapter 10", TIMED_REFERENCE)]
     seeds = sorted({line["seed"] for line in steps_runs})
     machines = sorted({line["made_on"].split(", ", 1)[1] for line in steps_runs})
     out = [
@@ -574,12 +573,13 @@ def _equal_steps_table(lines: list[dict[str, Any]]) -> list[str]:
         f"The variants whose step cost differs from chapter 10's by more than {EQUAL_STEPS_GAP:.0%}, trained for "
         f"chapter 10's {CHAPTER_10['steps']} steps (`ablation --budget equal-steps`, log: `{_shown(STEPS_LOG)}`, "
         f"{len(steps_runs)} runs, seeds {', '.join(map(str, seeds))}; made on: {'; '.join(machines)}): quality per "
-        "step, apart from the cost of a step. Gain and verdict as above, against chapter 10's own "
-        f"{CHAPTER_10['steps']}-step runs for '+ X' and 'full modern', against 'full modern' at equal steps for the "
-        "others. The change's step cost is its step with the change over its step without it (for '- X', the full "
-        f"model's over the variant's). A row with fewer than {ABLATION_SEEDS} seeds has no verdict yet: it is sorted "
-        "provisionally (marked), its noise the larger of the reference's spread and the variant's own spread at "
-        "equal time.",
+        f"step, apart from the cost of a step. Gain and verdict as above, {where}, against 'full modern' at equal "
+        "steps for the others. The change's step cost is its step with the change over its step without it (for "
+        "'- X', the full model's over the variant's). A change within noise at equal steps helped (hurt) at equal "
+        f"time through its cheaper (dearer) step only if that cost is below (above) 1 by more than "
+        f"{EQUAL_STEPS_GAP:.0%}. A row with fewer than {ABLATION_SEEDS} seeds (or whose reference has fewer) has no "
+        "verdict yet: it is sorted provisionally (marked), its noise the larger of the reference's spread and the "
+        "variant's own spread at equal time.",
         "",
         "| variant | step cost / chapter 10's | the change's step cost | equal time: loss (steps) | gain | verdict "
         "| equal steps: seeds | loss (mean) | spread | gain | verdict |",
@@ -592,7 +592,7 @@ def _equal_steps_table(lines: list[dict[str, Any]]) -> list[str]:
             group, provisional = per_step_group(name, t, r, cost)
             groups[group].append(f"{name} ({r['n']} of {ABLATION_SEEDS} seeds)" if provisional else name)
             out.append(
-                f"| {name} | {cost[name] / reference:.2f} | {_change_cost(name, cost):.2f} "
+                f"| {name} | {cost[name] / reference:.2f} | {change_step_cost(name, cost):.2f} "
                 f"| {t['mean']:.4f} ({t['steps']:.0f}) | {t['gain']:+.4f} | {t['verdict']} | {r['n']} "
                 f"| {r['mean']:.4f} | {r['spread']:.4f} | {r['gain']:+.4f} | {r['verdict']} |"
             )
@@ -600,7 +600,15 @@ def _equal_steps_table(lines: list[dict[str, Any]]) -> list[str]:
     out += [f"- {group} ({len(names)}): {', '.join(names) or 'none'}" for group, names in groups.items()]
     left = [name for name in differs if name not in rows]
     if left:
-        out += ["", f"Not in the equal-steps log yet ({len(left)} variants): " + ", ".join(left) + "."]
+        out += ["", f"Not in the equal-steps log yet ({len(left)} variants): " + "; ".join(left) + "."]
+    if same:
+        out += [
+            "",
+            f"Left out of the column ({len(same)} variants, a step within {EQUAL_STEPS_GAP:.0%} of chapter 10's): "
+            + "; ".join(same)
+            + f". Their equal-time runs already take within {EQUAL_STEPS_GAP:.0%} of chapter 10's "
+            f"{CHAPTER_10['steps']} steps.",
+        ]
     return out
 
 

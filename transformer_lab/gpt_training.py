@@ -56,6 +56,10 @@ __all__ = [
     "save_gpt",
     "load_gpt",
     "ablation_summary",
+    "EQUAL_STEPS_GAP",
+    "PER_STEP_GROUPS",
+    "change_step_cost",
+    "per_step_group",
 ]
 
 
@@ -609,3 +613,52 @@ def ablation_summary(runs: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, A
             verdict = "helps" if helps else "hurts" if hurts else "within noise"
         row.update(reference=reference, gain=gain, noise=noise, helps=helps, hurts=hurts, verdict=verdict)
     return table
+
+
+#: Chapter 11's equal-steps column: a change's step cost counts as different from 1 only beyond this (3 %); the
+#: variants whose step is within it of chapter 10's are left out of the column, their equal-time runs already taking
+#: within 3 % of chapter 10's 1400 steps.
+EQUAL_STEPS_GAP = 0.03
+
+#: The equal-steps column's groups, as chapter 11 prints them: what is left of a change at chapter 10's 1400 steps.
+PER_STEP_GROUPS = (
+    "helps per step",
+    "helps at equal time only, through its cheaper step",
+    "hurts at equal time only, through its dearer step",
+    "hurts per step",
+    "within noise per step",
+)
+
+
+def change_step_cost(name: str, cost: Mapping[str, float]) -> float:
+    """The step cost with the change over without it, from `cost` ({variant: ms a step}): against chapter 10 for
+    "+ X" and the full model, against the full model for "full + X"; for "- X", the full model's step over the
+    variant's (which lacks X)."""
+    if name.startswith("- "):
+        return cost["full modern"] / cost[name]
+    return cost[name] / cost["full modern" if name.startswith("full + ") else "chapter 10"]
+
+
+def per_step_group(
+    name: str, timed: Mapping[str, Any], step: Mapping[str, Any], cost: Mapping[str, float]
+) -> tuple[str, bool]:
+    """Which of `PER_STEP_GROUPS` a change falls in: `timed` is its `ablation_summary` row at equal time, `step` its
+    row at chapter 10's 1400 steps, `cost` the variants' ms a step. It helps / hurts per step when its equal-steps
+    gain beats the noise. Within noise there, it helped (hurt) at equal time "through its cheaper (dearer) step"
+    only when its change's step cost (`change_step_cost`) is below (above) 1 by more than `EQUAL_STEPS_GAP`: a step
+    within 3 % buys or costs too few steps to make a difference beyond the noise; else "within noise per step".
+    With fewer than `ABLATION_SEEDS` seeds in the row or its reference (its verdict says so) there is no verdict
+    yet: the noise is then also the variant's own seed spread at equal time, a provisional reading. Returns (group,
+    provisional)."""
+    provisional = step["n"] < ABLATION_SEEDS or str(step.get("verdict", "")).startswith("fewer than")
+    noise = max(step["noise"], timed["spread"]) if provisional else step["noise"]
+    change = change_step_cost(name, cost)
+    if step["gain"] > noise:
+        return PER_STEP_GROUPS[0], provisional
+    if -step["gain"] > noise:
+        return PER_STEP_GROUPS[3], provisional
+    if timed.get("helps") and change < 1 - EQUAL_STEPS_GAP:
+        return PER_STEP_GROUPS[1], provisional
+    if timed.get("hurts") and change > 1 + EQUAL_STEPS_GAP:
+        return PER_STEP_GROUPS[2], provisional
+    return PER_STEP_GROUPS[4], provisional
