@@ -248,26 +248,60 @@ def _job(job: dict[str, Any]) -> dict[str, Any]:
 # ---------------------------------------------------------------- step costs, side by side
 
 
-def step_costs(names: list[str], rounds: int, steps: int, seed: int = 0) -> dict[str, list[float]]:
+def _synchronize(device: torch.device) -> None:
+    """Wait until `device` has finished the work queued on it: a GPU runs kernels asynchronously, so a clock read
+    without this measures how fast Python queued the step, not the step. On the CPU there is nothing to wait for."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def device_name(device: torch.device) -> str:
+    """The accelerator's name as the result file records it: the GPU's (CUDA), else the processor's (the CPU, or
+    the Apple chip whose GPU MPS is)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return processor_name()
+
+
+def costs_path(device: torch.device) -> Path:
+    """Where `costs` writes by default: the CPU's file (`COSTS`, which chapter 11 and the ablation read), or beside
+    it one per accelerator, e.g. `modern-step-costs-cuda-nvidia-h200.json`, which never replaces the CPU's."""
+    if device.type == "cpu":
+        return COSTS
+    slug = "-".join("".join(c if c.isalnum() else " " for c in f"{device.type} {device_name(device)}".lower()).split())
+    return COSTS.with_name(f"modern-step-costs-{slug}.json")
+
+
+def step_costs(
+    names: list[str], rounds: int, steps: int, seed: int = 0, device: torch.device | str = "cpu"
+) -> dict[str, list[float]]:
     """Each variant's training step, timed in turn in this process: {name: [ms per step of each round]}.
 
     Every variant gets its own model and optimizer, which live through all the rounds; a round times `steps`
     training steps of each variant in turn (`tl.loop.run_steps`, the training loop itself, at a constant rate), in
     an order shuffled anew each round, so that a slow minute of the machine falls on all of them alike and no
     variant is always first. A first round, not timed, warms them up.
+
+    `device` ("cpu", "cuda", "cuda:1", "mps"): where the models train. The batches are drawn on the CPU and moved
+    there inside the step, as `train_gpt` does; on a GPU the timed region begins and ends with the device
+    synchronised (`_synchronize`), so that each step's kernels are counted in full.
     """
+    from transformer_lab._checks import as_device
     from transformer_lab.data import random_windows
     from transformer_lab.gpt import GPT, GPTConfig
     from transformer_lab.gpt_training import TextHistory, _gpt_optimizer
     from transformer_lab.loop import data_parallel, run_steps
 
+    device = as_device("device", device)
     tokenizer, train_data, _ = _data()
     table = variants()
     state = {}
     for name in names:
         overrides, recipe = table[name]
         torch.manual_seed(seed)
-        model = GPT(GPTConfig(tokenizer.vocab_size, **MODEL, **overrides))
+        model = GPT(GPTConfig(tokenizer.vocab_size, **MODEL, **overrides)).to(device)
         optimizer = _gpt_optimizer(
             recipe.get("optimizer", "adamw"),
             model,
@@ -290,8 +324,10 @@ def step_costs(names: list[str], rounds: int, steps: int, seed: int = 0) -> dict
 
             def loss(net: torch.nn.Module, generator: torch.Generator = generator) -> torch.Tensor:
                 x, y = random_windows(train_data, block, batch, generator)
+                x, y = x.to(device), y.to(device)  # as train_gpt: drawn on the CPU, moved within the step
                 return torch.nn.functional.cross_entropy(net(x).flatten(0, 1), y.flatten())
 
+            _synchronize(device)  # nothing of the previous variant still running on a GPU
             start = time.perf_counter()
             run_steps(
                 model,
@@ -305,6 +341,7 @@ def step_costs(names: list[str], rounds: int, steps: int, seed: int = 0) -> dict
                 clip_norm=recipe["clip_norm"],
                 progress=False,
             )
+            _synchronize(device)  # every kernel of these steps done
             if r:  # round 0 warms up
                 costs[name].append((time.perf_counter() - start) / steps * 1000)
         if r:
@@ -313,9 +350,24 @@ def step_costs(names: list[str], rounds: int, steps: int, seed: int = 0) -> dict
 
 
 def costs_command(args: argparse.Namespace) -> int:
+    from transformer_lab._checks import as_device
+
+    try:
+        device = as_device("--device", args.device)
+    except ValueError as error:
+        print(f"costs: {error} (torch {torch.__version__})", file=sys.stderr)
+        return 2
+    out = Path(args.out) if args.out else costs_path(device)
+    if device.type != "cpu" and out.resolve() == COSTS.resolve():
+        print(
+            f"costs: --out {_shown(out)} is the CPU's step costs, which chapter 11 and the ablation read; "
+            f"leave --out out with --device {args.device} (it writes {_shown(costs_path(device))})",
+            file=sys.stderr,
+        )
+        return 2
     _init_worker()
     names = [name for name in variants() if name != TIMED_REFERENCE]  # the same run as chapter 10's
-    measured = step_costs([name for name in names if name not in SAME_STEP_AS], args.rounds, args.steps)
+    measured = step_costs([name for name in names if name not in SAME_STEP_AS], args.rounds, args.steps, device=device)
     measured.update({name: measured[twin] for name, twin in SAME_STEP_AS.items() if name in names})
     median = {name: statistics.median(values) for name, values in measured.items()}
     reference = median["chapter 10"]
@@ -323,7 +375,14 @@ def costs_command(args: argparse.Namespace) -> int:
     budget = {name: max(1, round(chapter_steps * reference / cost)) for name, cost in median.items()}
     result = dict(
         made_by="python benchmarks/modern_decoder.py costs",
-        made_on=f"{datetime.date.today()}, {_machine()}, torch {torch.__version__}",
+        made_on=f"{datetime.date.today()}, "
+        + ("" if device.type == "cpu" else f"{device_name(device)} ({device.type}), host ")
+        + f"{_machine()}, torch {torch.__version__}",
+        device=str(device),
+        device_name=device_name(device),
+        torch=torch.__version__,
+        cuda=torch.version.cuda if device.type == "cuda" else None,
+        float32_matmul_precision=torch.get_float32_matmul_precision(),
         rounds=args.rounds,
         steps_per_round=args.steps,
         budget_seconds=round(chapter_steps * reference / 1000, 2),
@@ -336,8 +395,8 @@ def costs_command(args: argparse.Namespace) -> int:
     for name in names:
         low, high = result["spread_ms"][name]
         print(f"{name:>28}  {median[name]:7.2f} ({low:.2f}-{high:.2f})  {budget[name]:5d}")
-    Path(args.out).write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
-    print(f"wrote {_shown(Path(args.out))}: chapter 10's 1400 steps = {result['budget_seconds']} s here")
+    out.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    print(f"wrote {_shown(out)}: chapter 10's 1400 steps = {result['budget_seconds']} s here ({device_name(device)})")
     return 0
 
 
@@ -725,7 +784,16 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("costs", help="every variant's step cost, timed side by side in one process")
     c.add_argument("--rounds", type=int, default=60)
     c.add_argument("--steps", type=int, default=2, help="steps of each variant per round")
-    c.add_argument("--out", default=str(COSTS))
+    c.add_argument(
+        "--device",
+        default="cpu",
+        help="where to train: cpu (default), cuda, cuda:N or mps; the GPU is synchronised around each timed round",
+    )
+    c.add_argument(
+        "--out",
+        help="default: benchmarks/results/modern-step-costs.json on the CPU (chapter 11's), else "
+        "modern-step-costs-<device and its name>.json beside it, e.g. ...-cuda-nvidia-h200.json",
+    )
     t = sub.add_parser("table", help="the table of the ablation's log")
     t.add_argument("--log", default=str(LOG))
     t.add_argument("--no-write", action="store_true")
