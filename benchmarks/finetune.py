@@ -494,7 +494,7 @@ def table(log_path: Path) -> str:
 
 def sft_curve(seed: int, steps: int, every: int, lora: bool, log_path: Path) -> None:
     """A longer SFT run (all weights, or LoRA) with the rates on the 500 held-out heads every `every` steps: how
-    far the recipe's 250 steps are from the targets. One line per evaluation is appended as it comes."""
+    far a longer run gets than the recipe's. One line per evaluation is appended as it comes."""
     torch.set_num_threads(1)
     s = setup()
     tok = s["tokenizer"]
