@@ -1,9 +1,10 @@
 """Attention of a trained model for the chapters before the model is built (01, 03, 06, 07); chapter 09's copy model.
 
 The course ships several trained models in `transformer_lab/assets/`: chapter 09's date normaliser
-(`dates_model.pt`) and copy model (`copy_model.pt`, made by `write_copy_model` below), and seven small
-decoder-only GPTs of chapters 10 to 12 (`gpt_*.pt`). This module serves
-the date normaliser, whose attention the early chapters draw (made by
+(`dates_model.pt`) and copy model (`copy_model.pt`, made by `write_copy_model` below), seven small
+decoder-only GPTs of chapters 10 to 12 (`gpt_*.pt`), and chapter 13's fine-tunings of the Tang GPT
+(`finetune_sft.pt`, `finetune_rl.pt` and the LoRA adapter `finetune_lora.pt`, see `cli.FINETUNE_CHECKPOINTS`).
+This module serves the date normaliser, whose attention the early chapters draw (made by
 `python -m transformer_lab.cli train --task dates --seed 0 --out ...`; 2 encoder and 2 decoder
 layers, 4 heads, d_model 64). It reads a date written in one of several formats, Chinese included
 ("2026年11月21日", "21 Nov 2026", "11/21/2026", ...), and writes it as ISO "2026-11-21". Its attention
