@@ -53,6 +53,9 @@ def test_the_shipped_copy_model_is_the_recipes(checkpoint: dict) -> None:
 def test_bad_requests_are_refused_with_the_argument_named() -> None:
     with pytest.raises(ValueError, match="task must be 'dates' or 'copy'"):
         cli.load_shipped("reverse")
+    for task in (["copy"], 5, None):  # not a name: the same sentence, not a TypeError from the lookup
+        with pytest.raises(ValueError, match="task must be 'dates' or 'copy'"):
+            cli.load_shipped(task)  # type: ignore[arg-type]
     for steps in (0, 401, 2.5, True):
         with pytest.raises(ValueError, match="steps must be an int from 1 to 400"):
             shipped.train_copy_model(steps=steps)  # type: ignore[arg-type]

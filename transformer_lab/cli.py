@@ -160,7 +160,7 @@ def load_shipped(task: str = "dates") -> tuple[Transformer, CharTokenizer, Task]
     """A trained model shipped in transformer_lab/assets: the date model (see `SHIPPED_COMMAND`), or with
     task="copy" chapter 09's copy model (see `SHIPPED_COPY_COMMAND`)."""
     shipped = {"dates": (SHIPPED_CHECKPOINT, SHIPPED_COMMAND), "copy": (SHIPPED_COPY_CHECKPOINT, SHIPPED_COPY_COMMAND)}
-    if task not in shipped:
+    if not isinstance(task, str) or task not in shipped:
         raise ValueError(f"task must be 'dates' or 'copy' (the shipped models of chapter 09), got {task!r}")
     path, command = shipped[task]
     if not path.exists():
