@@ -361,6 +361,13 @@ def test_compare_wrong_values_gives_count_and_largest_error() -> None:
     assert "index (1, 2)" in message and "expected 0, got 5" in message
 
 
+def test_compare_a_wrong_scalar_tensor_names_the_two_numbers_not_positions() -> None:
+    message = compare(torch.tensor(2.5, dtype=torch.float64), torch.tensor(3.0, dtype=torch.float64), name="loss")
+    assert message == "loss is 2.5, expected 3"  # not "1 of 1 positions ... at index ()"
+    assert compare(torch.tensor([2.5]), torch.tensor([3.0])) is not None  # one element of a vector keeps its index
+    assert "index (0,)" in compare(torch.tensor([2.5]), torch.tensor([3.0]))
+
+
 def test_compare_bool_masks() -> None:
     expected = torch.ones(2, 2, dtype=torch.bool).tril()
     assert compare(expected.float(), expected) == "output should have dtype torch.bool, got torch.float32"

@@ -261,6 +261,8 @@ def _compare_tensors(got: Any, expected: Tensor, atol: float, rtol: float, name:
     close = torch.isclose(got_f, expected_f, rtol=rtol, atol=atol, equal_nan=True)
     if not close.all():
         # only the positions that differ: equal infinities are close, and inf - inf (NaN) must not be picked
+        if got_f.dim() == 0:  # one number: no positions or index to name
+            return _m("compare.number_value", name=name, got=f"{got_f.item():.6g}", expected=f"{expected_f.item():.6g}")
         diff = torch.where(close, torch.zeros_like(got_f), (got_f - expected_f).abs().nan_to_num(nan=math.inf))
         where = tuple((diff == diff.max()).nonzero()[0].tolist())
         return _m(
