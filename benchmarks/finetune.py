@@ -30,7 +30,8 @@ Stages:
       one character twice does not count), with a KL penalty to the SFT model (kl_coef 0.1: without it the
       policy ends nearly every poem on the same two rhyme characters, `hack`'s "distinct" run).
 
-Each line of the log (benchmarks/results/finetune.jsonl) is one stage of one seed: its rates on both head sets,
+Each line of the log (benchmarks/results/finetune.jsonl) is one stage of one seed: the recipe it ran (`settings`,
+which `table` and `ship` require to be `SETTINGS` on every line) and where (`made_on`), its rates on both head sets,
 its CPU time (`time.process_time`, one thread), its trainable parameters, the training state's memory, its curves,
 and 8 samples. The CPU time is: for (a) and (b), which only sample, that of their sampling of the 1,000 heads; for
 the other stages the stage's own work, the final measurement on the 1,000 heads left out, but the evaluations the
@@ -57,6 +58,9 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from bench import processor_name  # noqa: E402 - beside this file: the machine's name as the other benchmarks read it
 
 from transformer_lab import data  # noqa: E402
 from transformer_lab import finetune as ft  # noqa: E402
@@ -314,7 +318,7 @@ def run(seed: int, write: bool, log_path: Path, stages: tuple[str, ...] = STAGES
     records = []
 
     def record(stage: str, seconds: float, extra: dict, model=None) -> None:
-        line = {"stage": stage, "seed": seed, "cpu_seconds": round(seconds, 2), **extra}
+        line = {"stage": stage, "seed": seed, "cpu_seconds": round(seconds, 2), **extra, **_provenance()}
         records.append(line)
         with open(log_path, "a", encoding="utf-8") as f:
             f.write(json.dumps(line, ensure_ascii=False) + "\n")
@@ -456,6 +460,27 @@ def hack(seed: int, log_path: Path, names: list[str] | None = None) -> None:
         print(name, line["held_out"], line["held_out_samples"], flush=True)
 
 
+def _provenance() -> dict:
+    """What a log line records of how it was made: the recipe (`SETTINGS`), the machine and torch."""
+    return {
+        "settings": SETTINGS,
+        "made_on": f"{time.strftime('%Y-%m-%d')}, {processor_name()}, torch {torch.__version__}",
+    }
+
+
+def check_one_recipe(rows: list[dict]) -> None:
+    """Refuse a log whose lines ran another recipe than `SETTINGS` (the command line's defaults and the benchmark's
+    own), or do not say which: their rates would be averaged with the others' as if they were more seeds of it."""
+    for r in rows:
+        if r.get("settings") != SETTINGS:
+            said = "records no recipe" if "settings" not in r else "ran another recipe than SETTINGS"
+            raise SystemExit(
+                f"the log's line for stage {r.get('stage')!r}, seed {r.get('seed')!r} {said}: its rates cannot "
+                "be averaged with the others'. Run that stage and seed again with `run --seed N --stages ...` "
+                "(into a fresh log), or take the line out."
+            )
+
+
 STAGE_NAMES = {
     "a_base_one_shot": "(a) base, one example",
     "b_forced_heads": "(b) base, heads forced",
@@ -470,6 +495,7 @@ def table(log_path: Path) -> str:
     """The rates' table (markdown): per stage and head set, each measure's mean ± spread (max - min) over the
     seeds in % (a stage may have fewer seeds than another: its "seeds" column), and the CPU seconds (mean)."""
     rows = [json.loads(line) for line in open(log_path, encoding="utf-8") if line.strip()]
+    check_one_recipe(rows)
     stages = [s for s in STAGE_NAMES if any(r["stage"] == s for r in rows)]
     keys = ("form", "acrostic", "rhyme", "all", "distinct", "copied", "last_chars")
     lines = []
@@ -570,6 +596,7 @@ def ship() -> None:
     hacking log gets stage (e)'s line of that seed as it: the same run (the same SFT model as shipped in float16,
     reward, KL penalty, seed and steps), deterministic on a CPU, so it is not run twice."""
     rows = [json.loads(line) for line in open(LOG, encoding="utf-8") if line.strip()]
+    check_one_recipe(rows)
     hacking = [json.loads(line) for line in open(HACK_LOG, encoding="utf-8")] if HACK_LOG.exists() else []
     for seed in sorted({h["seed"] for h in hacking}):
         if not any(h["seed"] == seed and h["reward"] == "mended" for h in hacking):
@@ -577,7 +604,8 @@ def ship() -> None:
             if e is not None:
                 keep = {k: v for k, v in e.items() if k not in ("stage", "seed")}
                 hacking.append({"reward": "mended", "seed": seed, "kl_coef": SETTINGS["rl"]["kl_coef"], **keep})
-    shipped = {"settings": SETTINGS, "base": "gpt_tang.pt", "summary": summary(rows), "runs": rows, "hacking": hacking}
+    runs = [{k: v for k, v in r.items() if k != "settings"} for r in rows]  # every line's is SETTINGS (checked)
+    shipped = {"settings": SETTINGS, "base": "gpt_tang.pt", "summary": summary(rows), "runs": runs, "hacking": hacking}
     (ASSETS / "finetune_log.json").write_text(json.dumps(shipped, ensure_ascii=False, indent=1) + "\n", "utf-8")
     print(table(LOG))
 

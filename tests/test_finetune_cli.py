@@ -202,3 +202,23 @@ def test_shipped_checkpoints_record_the_cli_recipes() -> None:
     rl = torch.load(cli.FINETUNE_CHECKPOINTS["rl"], weights_only=True)["settings"]
     assert sft == cli.FINETUNE_DEFAULTS["sft"] and lora == cli.FINETUNE_DEFAULTS["lora"]
     assert {k: rl[k] for k in cli.FINETUNE_DEFAULTS["rl"]} == cli.FINETUNE_DEFAULTS["rl"]
+
+
+def test_the_log_is_one_recipe_and_a_line_of_another_is_refused() -> None:
+    """Every line of the committed log ran the benchmark's SETTINGS (so its seeds may be averaged), and `table` /
+    `ship` refuse a line that ran another recipe or does not say which, naming its stage and seed."""
+    import json
+
+    bench = _benchmark()
+    rows = [json.loads(line) for line in bench.LOG.read_text(encoding="utf-8").splitlines() if line.strip()]
+    assert rows and all(r["settings"] == bench.SETTINGS and r["made_on"] for r in rows)
+    bench.check_one_recipe(rows)  # the committed log passes
+    other = json.loads(json.dumps(rows[0]))
+    other["settings"]["sft"]["steps"] = 250  # last session's recipe
+    with pytest.raises(SystemExit, match=r"stage 'a_base_one_shot', seed 0 ran another recipe"):
+        bench.check_one_recipe([*rows, other])
+    bare = {k: v for k, v in rows[-1].items() if k != "settings"}
+    with pytest.raises(SystemExit, match="records no recipe"):
+        bench.check_one_recipe([bare])
+    shipped = json.loads((bench.ASSETS / "finetune_log.json").read_text(encoding="utf-8"))
+    assert shipped["settings"] == bench.SETTINGS and len(shipped["runs"]) == len(rows)
