@@ -172,14 +172,7 @@ def test_a_child_cannot_reach_another_process_memory_and_the_server_is_not_dumpa
         "    print(name, got, ctypes.get_errno())\n"
         "print('ptrace', libc.syscall(numbers[2], 16, os.getppid(), 0, 0), ctypes.get_errno())\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=120,
-        env=dict(os.environ, OMP_NUM_THREADS="1"),
-    )
+    proc = _python(code, timeout=120)
     lines = dict(line.split(" ", 1) for line in proc.stdout.strip().splitlines())
     assert proc.returncode == 0 and lines.get("dumpable") == "None 0", proc.stdout + proc.stderr[-2000:]
     assert lines["seccomp"] == "True", lines
@@ -192,6 +185,18 @@ def session():
     require_sandbox()
     with grading.GradingSession() as made:
         yield made
+
+
+def _python(code: str, timeout: int) -> subprocess.CompletedProcess:
+    """`code` run by a fresh Python in the repository, one thread, its output captured."""
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=timeout,
+        env=dict(os.environ, OMP_NUM_THREADS="1"),
+    )
 
 
 def _run(session, source: str, exercise=None, function: str = "softmax_rows"):
@@ -329,14 +334,7 @@ def test_without_posix_modules_the_sandbox_says_so_in_one_sentence(tmp_path):
         "print(sandbox.probe())\n"
         "try:\n    sandbox.SandboxServer(None, None, sandbox.Limits())\nexcept sandbox.SandboxUnavailable as exc:\n    print('REFUSED', exc)\n"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=300,
-        env=dict(os.environ, OMP_NUM_THREADS="1"),
-    )
+    proc = _python(code, timeout=300)
     lines = proc.stdout.strip().splitlines()
     assert proc.returncode == 0 and len(lines) == 2, proc.stdout + proc.stderr[-2000:]
     assert lines[0].startswith("grading a class needs Linux") and "resource" in lines[0], lines
