@@ -235,25 +235,23 @@ def train_sft(base, train, valid, seed: int, lora: bool = False, log=print, eval
     curve; it samples with its own generator, so the weights are those of a run without it). Returns (model,
     history, trainable parameters)."""
     c = {**SETTINGS["lora" if lora else "sft"], **override}
-    torch.manual_seed(seed)
-    model = ft.add_special_tokens(base)
-    if lora:
-        ft.apply_lora(model, c["targets"], rank=c["rank"], alpha=c["alpha"])
-    count = trainable(model) + (3 * model.config.d_model if lora else 0)
-    hist = ft.sft(
-        model,
+    model, hist = ft.fine_tune(
+        base,
         train,
         valid,
+        seed=seed,
+        lora_rank=c["rank"] if lora else 0,
+        lora_alpha=c["alpha"] if lora else None,
+        lora_targets=c["targets"] if lora else (),
         steps=c["steps"],
         batch_size=c["batch_size"],
         lr=c["lr"],
         warmup=c["warmup"],
-        seed=seed,
         eval_every=SETTINGS["sft_curve"]["every"],
-        new_rows=3 if lora else 0,
         log=log,
         evaluate=evaluate,
     )
+    count = trainable(model) + (3 * model.config.d_model if lora else 0)
     if lora:
         with torch.no_grad():  # as shipped: A, B and the rows in float16 (the adapter is saved so)
             for name, p in model.named_parameters():

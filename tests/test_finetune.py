@@ -945,6 +945,30 @@ def test_sft_lowers_the_loss_and_leaves_the_model_in_eval_mode() -> None:
     assert history["seconds"][0] > 0
 
 
+def test_fine_tune_grows_the_base_and_is_the_steps_it_names() -> None:
+    """ft.fine_tune (what the CLI and the benchmark run) equals add_special_tokens, apply_lora and sft by hand."""
+    from transformer_lab.data import TextTokenizer
+    from transformer_lab.gpt import GPT, GPTConfig
+
+    tokenizer = TextTokenizer("，。\n藏头续写山水风月花春夏秋冬云雨")
+    torch.manual_seed(0)
+    base = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, block_size=40, d_model=16, n_heads=2, n_layers=2))
+    fmt = ft.SFTFormat(base_vocab=tokenizer.vocab_size)
+    data = ft.encode_examples([("藏头春夏秋冬", POEM)], fmt, tokenizer)
+    options = dict(steps=4, batch_size=2, lr=1e-2, warmup=1)
+    for rank in (0, 2):
+        model, history = ft.fine_tune(base, data, data, seed=3, lora_rank=rank, lora_targets=["w_q", "w1"], **options)
+        torch.manual_seed(3)
+        by_hand = ft.add_special_tokens(base)
+        if rank:
+            ft.apply_lora(by_hand, ["w_q", "w1"], rank=rank, alpha=2.0 * rank)
+        expected = ft.sft(by_hand, data, data, seed=3, new_rows=3 if rank else 0, **options)
+        assert model.config.vocab_size == tokenizer.vocab_size + 3 and history["loss"] == expected["loss"]
+        ours, theirs = model.state_dict(), by_hand.state_dict()
+        assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
+        assert bool(ft.lora_modules(model)) == bool(rank)
+
+
 def test_sft_with_lora_trains_only_a_b_and_the_new_rows() -> None:
     model, tokenizer, fmt = tiny_poem_model()
     ft.apply_lora(model, ["w_q", "w_v", "w1"], rank=2, alpha=4.0)

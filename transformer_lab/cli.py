@@ -975,24 +975,20 @@ def _sft_command(args: argparse.Namespace) -> int:
     )
     train = ft.encode_examples(splits["train"], fmt, tokenizer)
     valid = ft.encode_examples(splits["validation"], fmt, tokenizer)
-    torch.manual_seed(args.seed)
-    model = ft.add_special_tokens(base)
     recipe = FINETUNE_DEFAULTS["lora" if args.lora_rank else "sft"]
     lr = args.lr if args.lr is not None else recipe["lr"]
-    if args.lora_rank:
-        L = FINETUNE_DEFAULTS["lora"]
-        ft.apply_lora(model, L["targets"], rank=args.lora_rank, alpha=2.0 * args.lora_rank)
-    history = ft.sft(
-        model,
+    model, history = ft.fine_tune(
+        base,
         train,
         valid,
+        seed=args.seed,
+        lora_rank=args.lora_rank,
+        lora_targets=FINETUNE_DEFAULTS["lora"]["targets"],
         steps=args.steps,
         batch_size=args.batch_size,
         lr=lr,
         warmup=recipe["warmup"],
-        seed=args.seed,
         eval_every=125,
-        new_rows=3 if args.lora_rank else 0,
         log=print,
     )
     settings = {"steps": args.steps, "batch_size": args.batch_size, "lr": lr, "seed": args.seed}

@@ -100,6 +100,7 @@ __all__ = [
     "encode_examples",
     "sft_validation_loss",
     "sft",
+    "fine_tune",
     "acrostic_prompt",
     "sample_poems",
     "rejection_sample",
@@ -1442,6 +1443,30 @@ def sft_validation_loss(model: nn.Module, data: tuple[Tensor, Tensor, Tensor], b
     finally:
         model.train(was_training)
     return total / count
+
+
+def fine_tune(
+    base: nn.Module,
+    train: tuple[Tensor, Tensor, Tensor],
+    validation: tuple[Tensor, Tensor, Tensor] | None = None,
+    *,
+    seed: int = 0,
+    lora_rank: int = 0,
+    lora_alpha: float | None = None,
+    lora_targets: Sequence[str] = (),
+    **sft_options: Any,
+) -> tuple[nn.Module, dict[str, list[float]]]:
+    """The SFT stage as the command line (`transformer-lab sft`) and chapter 13's benchmark run it: `base` grown
+    by the format's three tokens (`add_special_tokens`, under `seed`), wrapped with LoRA on `lora_targets` when
+    `lora_rank` > 0 (alpha 2 × rank unless given; the three new rows are trained too), then `sft` with
+    `sft_options`. Returns (model, history)."""
+    torch.manual_seed(seed)
+    model = add_special_tokens(base)
+    if lora_rank:
+        alpha = 2.0 * lora_rank if lora_alpha is None else lora_alpha
+        apply_lora(model, lora_targets, rank=lora_rank, alpha=alpha)
+    history = sft(model, train, validation, seed=seed, new_rows=3 if lora_rank else 0, **sft_options)
+    return model, history
 
 
 def sft(
