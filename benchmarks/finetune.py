@@ -128,15 +128,6 @@ def evaluate(model, fmt, s: dict, seed: int) -> dict:
     return out
 
 
-def four_lines(text: str) -> str:
-    """A base model's answer: its text up to the newline, or to the end of the fourth line (the second "。") if
-    that comes first (a base model trained on whole poems goes on to an eight-line one)."""
-    text = text.split("\n")[0]
-    first = text.find("。")
-    second = text.find("。", first + 1) if first >= 0 else -1
-    return text[: second + 1] if second >= 0 else text
-
-
 def curve(s: dict, fmt, seed: int):
     """The RL curves' measure: the rates on the first `eval_heads` validation heads (seen poems SFT left out)."""
     heads = s["valid_heads"][: SETTINGS["rl"]["eval_heads"]]
@@ -187,7 +178,7 @@ def base_one_shot(s: dict, seed: int) -> dict:
         new = model.generate(
             idx, model.config.block_size - length, temperature=SETTINGS["temperature"], generator=generator
         )[:, length:]
-        texts = [four_lines(tok.decode(row.tolist())) for row in new]
+        texts = [ft.four_lines(tok.decode(row.tolist())) for row in new]
         out[name] = rates_of(texts, heads, s["training_lines"])
         out[name + "_samples"] = [f"{h} {t}" for h, t in zip(heads[:SAMPLES], texts[:SAMPLES], strict=True)]
     return out
@@ -203,7 +194,7 @@ def base_forced(s: dict, seed: int) -> dict:
         tokens = ft.generate_forced_heads(
             model, idx, heads, tok, 25, temperature=SETTINGS["temperature"], generator=generator
         )
-        texts = [four_lines(tok.decode(row.tolist())) for row in tokens[:, idx.shape[1] :]]
+        texts = [ft.four_lines(tok.decode(row.tolist())) for row in tokens[:, idx.shape[1] :]]
         out[name] = rates_of(texts, heads, s["training_lines"])
         out[name + "_samples"] = [f"{h} {t}" for h, t in zip(heads[:SAMPLES], texts[:SAMPLES], strict=True)]
     return out

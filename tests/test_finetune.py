@@ -1166,3 +1166,10 @@ def test_shipped_models_load_with_their_format_in_float16_under_8_mb() -> None:
     assert {r["stage"] for r in log["runs"]} == set(log["summary"])
     for stage, entry in log["summary"].items():  # each stage's seeds (some stages ran fewer), seed 0's shipped
         assert entry["seeds"] == sorted(r["seed"] for r in log["runs"] if r["stage"] == stage) and 0 in entry["seeds"]
+
+
+def test_four_lines_keeps_a_base_models_answer_up_to_the_fourth_line_or_the_newline() -> None:
+    assert ft.four_lines(POEM + POEM) == POEM  # an eight-line poem: the first four lines
+    assert ft.four_lines(POEM[:12] + "\n" + POEM) == POEM[:12]  # a newline first: up to it
+    assert ft.four_lines(POEM[:15]) == POEM[:15]  # no second "。": the whole text
+    assert ft.four_lines("") == ""

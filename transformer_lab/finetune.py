@@ -101,6 +101,7 @@ __all__ = [
     "sft_validation_loss",
     "sft",
     "fine_tune",
+    "four_lines",
     "acrostic_prompt",
     "sample_poems",
     "rejection_sample",
@@ -1180,6 +1181,15 @@ def in_form(text: str) -> bool:
     lines = [text[6 * i : 6 * i + 5] for i in range(4)]
     marks = tuple(text[6 * i + 5] for i in range(4))
     return marks == LINE_ENDS and all(_is_hanzi(c) for line in lines for c in line)
+
+
+def four_lines(text: str) -> str:
+    """A base model's answer: its text up to the newline, or to the end of the fourth line (the second "。") if
+    that comes first (a base model trained on whole poems goes on to an eight-line one)."""
+    text = text.split("\n")[0]
+    first = text.find("。")
+    second = text.find("。", first + 1) if first >= 0 else -1
+    return text[: second + 1] if second >= 0 else text
 
 
 def _check_heads(heads: object) -> str:
