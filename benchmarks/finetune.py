@@ -3,11 +3,13 @@
     python benchmarks/finetune.py run --seed 0            # stages (a)-(e) and (c') for one seed (about 15 CPU minutes)
     python benchmarks/finetune.py run --seed 0 --write    # ... and ship its checkpoints and log (seed 0's)
     python benchmarks/finetune.py hack --seed 0           # reward hacking: RL on the rhyme alone, on the three checks
-                                                          # without KL ("distinct"), and mended (stage e's recipe)
+                                                          # without KL ("distinct"), mended (stage e's recipe), and
+                                                          # mended with a stronger KL penalty ("stronger_kl", 0.3)
     python benchmarks/finetune.py hack --reward distinct  # only some of those runs
     python benchmarks/finetune.py table                   # the rates' table of the log: mean and spread over seeds
     python benchmarks/finetune.py ship                    # the log -> transformer_lab/assets/finetune_log.json
-    python benchmarks/finetune.py curve --steps 2000      # a longer SFT (--lora: LoRA), rates every 250 steps
+    python benchmarks/finetune.py curve --steps 2000      # a longer SFT (--lora: LoRA; --rank, --lr, --data replace
+                                                          # the recipe's), rates every 250 steps
 
 Base: `transformer_lab/assets/gpt_tang.pt` (chapter 10's, 1.53 M parameters), grown by the three format tokens
 (`tl.finetune.add_special_tokens`). Every stage is measured the same way on two sets of 500 heads: heads of
@@ -22,13 +24,17 @@ Stages:
       the text up to the next newline is its answer (the context is 64 tokens; this fills 63 of them);
   (b) the base model, each line's first character forced (constrained decoding): every line that starts gets its
       head, though the model still chooses where lines end;
-  (c) SFT, all weights, on both instruction kinds (藏头 and 续写) of the seen poems;
+  (c) SFT, all weights, on both instruction kinds (藏头 and 续写) of the seen poems' quatrains that rhyme on lines 2
+      and 4 (`sft_splits(rhyming_only=True)`: 44,094 of the 54,726 training examples; the recipe's "data"). The
+      recipe's first version trained on every quatrain: its 3 seeds are kept in
+      benchmarks/results/finetune-all-quatrains.jsonl, and `ship` adds its (c) and (d) to the shipped log;
   (c') from (c): rejection sampling on the training poems' heads (4 samples each, those passing all three checks
       kept) and SFT on them;
   (d) SFT with LoRA (rank 8 on every Linear of the blocks, the added tokens' 3 rows trained too), the same data;
   (e) from (c): RL with the group-relative policy gradient, reward = share of the three checks passed (a rhyme on
       one character twice does not count), with a KL penalty to the SFT model (kl_coef 0.1: without it the
-      policy ends nearly every poem on the same two rhyme characters, `hack`'s "distinct" run).
+      policy ends more and more poems on the same few rhyme characters, `hack`'s "distinct" run; `hack`'s
+      "stronger_kl" run, kl_coef 0.3, shows what a stronger penalty trades).
 
 Each line of the log (benchmarks/results/finetune.jsonl) is one stage of one seed: the recipe it ran (`settings`,
 which `table` and `ship` require to be `SETTINGS` on every line) and where (`made_on`), its rates on both head sets,
@@ -68,6 +74,8 @@ from transformer_lab.cli import FINETUNE_DEFAULTS  # noqa: E402
 from transformer_lab.gpt_training import load_gpt  # noqa: E402
 
 LOG = ROOT / "benchmarks" / "results" / "finetune.jsonl"
+#: The recipe's first version, SFT on every quatrain (no "data" in its settings), 3 seeds: kept for the comparison.
+ALL_QUATRAINS_LOG = ROOT / "benchmarks" / "results" / "finetune-all-quatrains.jsonl"
 HACK_LOG = ROOT / "benchmarks" / "results" / "finetune-hacking.jsonl"
 ASSETS = ROOT / "transformer_lab" / "assets"
 BASE = ASSETS / "gpt_tang.pt"
@@ -99,11 +107,14 @@ def setup() -> dict:
     valid_heads = [e.argument for e in splits["validation"] if e.kind == "acrostic"]
     training_lines = {line for poem in seen for line in ft.poem_lines(poem) if line}
     example = splits["train"][0]  # the one-shot example of stage (a)
+    # what SFT trains and validates on: the recipe's quatrains (those that rhyme, `sft_splits(rhyming_only=True)`)
+    sft_data = ft.sft_splits(text, rhyming_only=SETTINGS["sft"]["data"] == "rhyming")
     return dict(
         base=base,
         tokenizer=tokenizer,
         text=text,
         splits=splits,
+        sft_data=sft_data,
         heads={"held_out": held_out, "random": random_heads},
         train_heads=train_heads,
         valid_heads=valid_heads,
@@ -324,8 +335,8 @@ def run(seed: int, write: bool, log_path: Path, stages: tuple[str, ...] = STAGES
         result = base_forced(s, seed)
         record("b_forced_heads", time.process_time() - t, result)
 
-    train = ft.encode_examples(s["splits"]["train"], fmt, tok)
-    valid = ft.encode_examples(s["splits"]["validation"], fmt, tok)
+    train = ft.encode_examples(s["sft_data"]["train"], fmt, tok)
+    valid = ft.encode_examples(s["sft_data"]["validation"], fmt, tok)
 
     # (c) SFT, all weights
     sft_model, hist, count = train_sft(s["base"], train, valid, seed, evaluate=sft_curve_point(s, fmt, seed))
@@ -413,11 +424,13 @@ def run(seed: int, write: bool, log_path: Path, stages: tuple[str, ...] = STAGES
 #: The reward-hacking runs (`hack`): name -> (reward, KL penalty to the SFT model). "rhyme_only" is the reward a
 #: policy games (the same last character at the end of lines 2 and 4); "distinct" the three checks with 重韵 not
 #: counted, no KL (each poem is then fine, but the policy ends nearly every poem on the same pair of characters);
-#: "mended" stage (e)'s recipe: the same reward with the KL penalty (`SETTINGS["rl"]["kl_coef"]`).
+#: "mended" stage (e)'s recipe: the same reward with the KL penalty (`SETTINGS["rl"]["kl_coef"]`); "stronger_kl" the
+#: same with a penalty three times as strong (what the penalty trades: reward for variety).
 HACK_RUNS = {
     "rhyme_only": (ft.rhyme_reward, 0.0),
     "distinct": (lambda text, heads: ft.poem_reward(text, heads, True), 0.0),
     "mended": (lambda text, heads: ft.poem_reward(text, heads, True), None),
+    "stronger_kl": (lambda text, heads: ft.poem_reward(text, heads, True), 0.3),
 }
 
 
@@ -507,20 +520,32 @@ def table(log_path: Path) -> str:
     return "\n".join(lines)
 
 
-def sft_curve(seed: int, steps: int, every: int, lora: bool, log_path: Path) -> None:
+def sft_curve(
+    seed: int,
+    steps: int,
+    every: int,
+    lora: bool,
+    log_path: Path,
+    rank: int | None = None,
+    lr: float | None = None,
+    data: str | None = None,
+) -> None:
     """A longer SFT run (all weights, or LoRA) with the rates on the 500 held-out heads every `every` steps: how
-    far a longer run gets than the recipe's. One line per evaluation is appended as it comes."""
+    far a longer run, or another LoRA rank, rate or data, gets than the recipe's. `rank`, `lr`, `data` replace
+    the recipe's (SETTINGS["lora"] or ["sft"]); each line appended as it comes records the run's recipe."""
     torch.set_num_threads(1)
     s = setup()
     tok = s["tokenizer"]
     fmt = ft.SFTFormat(tok.vocab_size)
-    train = ft.encode_examples(s["splits"]["train"], fmt, tok)
-    valid = ft.encode_examples(s["splits"]["validation"], fmt, tok)
-    torch.manual_seed(seed)
-    model = ft.add_special_tokens(s["base"])
-    c = SETTINGS["lora" if lora else "sft"]
-    if lora:
-        ft.apply_lora(model, c["targets"], rank=c["rank"], alpha=c["alpha"])
+    c = {**SETTINGS["lora" if lora else "sft"], "steps": steps}
+    c.update({k: v for k, v in (("rank", rank), ("lr", lr), ("data", data)) if v is not None})
+    if rank is not None:
+        if not lora:
+            raise SystemExit("--rank is LoRA's: give --lora too")
+        c["alpha"] = 2.0 * rank  # the recipe's alpha / rank = 2
+    splits = s["sft_data"] if c["data"] == SETTINGS["sft"]["data"] else ft.sft_splits(s["text"], rhyming_only=False)
+    train = ft.encode_examples(splits["train"], fmt, tok)
+    valid = ft.encode_examples(splits["validation"], fmt, tok)
 
     def point(m, step: int) -> dict:
         result = ft.evaluate_poems(
@@ -530,27 +555,30 @@ def sft_curve(seed: int, steps: int, every: int, lora: bool, log_path: Path) -> 
         line = {
             "run": "lora" if lora else "sft",
             "seed": seed,
-            "steps": steps,
+            "recipe": c,
             "step": step,
             "cpu_seconds": round(time.process_time(), 1),
             "held_out": result,
+            "made_on": _provenance()["made_on"],
         }
         with open(log_path, "a", encoding="utf-8") as f:
             f.write(json.dumps(line, ensure_ascii=False) + "\n")
         print(line, flush=True)
         return result
 
-    ft.sft(
-        model,
+    ft.fine_tune(
+        s["base"],
         train,
         valid,
+        seed=seed,
+        lora_rank=c["rank"] if lora else 0,
+        lora_alpha=c["alpha"] if lora else None,
+        lora_targets=c["targets"] if lora else (),
         steps=steps,
         batch_size=c["batch_size"],
         lr=c["lr"],
         warmup=c["warmup"],
-        seed=seed,
         eval_every=every,
-        new_rows=3 if lora else 0,
         evaluate=point,
     )
 
@@ -579,9 +607,28 @@ def summary(rows: list[dict]) -> dict:
     return out
 
 
+def all_quatrains_summary() -> dict:
+    """Stages (c) and (d) of the recipe's first version, SFT on every quatrain of the seen poems (not only those
+    that rhyme), from ALL_QUATRAINS_LOG: `summary` of their lines. Checked to be the recipe's SFT and LoRA but for
+    the data, measured the same way (heads, temperature, curve), so the two differ by the data alone."""
+    rows = [json.loads(line) for line in open(ALL_QUATRAINS_LOG, encoding="utf-8") if line.strip()]
+    rows = [r for r in rows if r["stage"] in ("c_sft", "d_lora")]
+    for r in rows:
+        theirs = r.get("settings", {})
+        for key in ("sft", "lora"):
+            if theirs.get(key) != {k: v for k, v in SETTINGS[key].items() if k != "data"}:
+                raise SystemExit(
+                    f"{ALL_QUATRAINS_LOG.name}: seed {r['seed']}'s {key} recipe is not SETTINGS' but for the data"
+                )
+        if any(theirs.get(k) != SETTINGS[k] for k in ("heads", "temperature", "sft_curve")):
+            raise SystemExit(f"{ALL_QUATRAINS_LOG.name}: seed {r['seed']} was measured another way")
+    return summary(rows)
+
+
 def ship() -> None:
     """benchmarks/results/finetune.jsonl (every seed's lines) -> transformer_lab/assets/finetune_log.json: the
-    settings, the summary, every line, and the reward-hacking runs' lines. A seed whose "mended" run is not in the
+    settings, the summary, every line, the reward-hacking runs' lines, and "all_quatrains" (the summary of (c) and
+    (d) trained on every quatrain, `all_quatrains_summary`). A seed whose "mended" run is not in the
     hacking log gets stage (e)'s line of that seed as it: the same run (the same SFT model as shipped in float16,
     reward, KL penalty, seed and steps), deterministic on a CPU, so it is not run twice."""
     rows = [json.loads(line) for line in open(LOG, encoding="utf-8") if line.strip()]
@@ -594,7 +641,14 @@ def ship() -> None:
                 keep = {k: v for k, v in e.items() if k not in ("stage", "seed")}
                 hacking.append({"reward": "mended", "seed": seed, "kl_coef": SETTINGS["rl"]["kl_coef"], **keep})
     runs = [{k: v for k, v in r.items() if k != "settings"} for r in rows]  # every line's is SETTINGS (checked)
-    shipped = {"settings": SETTINGS, "base": "gpt_tang.pt", "summary": summary(rows), "runs": runs, "hacking": hacking}
+    shipped = {
+        "settings": SETTINGS,
+        "base": "gpt_tang.pt",
+        "summary": summary(rows),
+        "runs": runs,
+        "hacking": hacking,
+        "all_quatrains": all_quatrains_summary(),
+    }
     (ASSETS / "finetune_log.json").write_text(json.dumps(shipped, ensure_ascii=False, indent=1) + "\n", "utf-8")
     print(table(LOG))
 
@@ -609,6 +663,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=1000, help="curve: SFT steps")
     parser.add_argument("--every", type=int, default=250, help="curve: steps between evaluations")
     parser.add_argument("--lora", action="store_true", help="curve: LoRA instead of all weights")
+    parser.add_argument("--rank", type=int, default=None, help="curve: LoRA's rank (alpha = 2 rank)")
+    parser.add_argument("--lr", type=float, default=None, help="curve: the peak learning rate")
+    parser.add_argument("--data", choices=("rhyming", "all"), default=None, help="curve: the SFT quatrains")
     parser.add_argument("--reward", action="append", choices=list(HACK_RUNS), help="hack: only these runs")
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -621,7 +678,7 @@ def main() -> None:
         hack(args.seed, Path(args.log) if args.log else HACK_LOG, args.reward)
     elif args.command == "curve":
         log = Path(args.log) if args.log else ROOT / "benchmarks" / "results" / "finetune-sft-curve.jsonl"
-        sft_curve(args.seed, args.steps, args.every, args.lora, log)
+        sft_curve(args.seed, args.steps, args.every, args.lora, log, args.rank, args.lr, args.data)
     elif args.command == "ship":
         ship()
     else:

@@ -114,8 +114,8 @@ def test_shipped_log_was_made_with_the_cli_recipes() -> None:
     rl = {k: log["settings"]["rl"][k] for k in cli.FINETUNE_DEFAULTS["rl"]}
     assert rl == cli.FINETUNE_DEFAULTS["rl"]
     sft = torch.load(cli.FINETUNE_CHECKPOINTS["sft"], weights_only=True)
-    assert {k: sft["settings"][k] for k in ("steps", "batch_size", "lr")} == {
-        k: cli.FINETUNE_DEFAULTS["sft"][k] for k in ("steps", "batch_size", "lr")
+    assert {k: sft["settings"][k] for k in ("steps", "batch_size", "lr", "data")} == {
+        k: cli.FINETUNE_DEFAULTS["sft"][k] for k in ("steps", "batch_size", "lr", "data")
     }
 
 
@@ -166,8 +166,8 @@ def test_cli_commands_reproduce_the_benchmarks_runs(trained: dict[str, Path], tm
     s = bench.setup()
     tok = s["tokenizer"]
     fmt = ft.SFTFormat(tok.vocab_size)
-    train = ft.encode_examples(s["splits"]["train"], fmt, tok)
-    valid = ft.encode_examples(s["splits"]["validation"], fmt, tok)
+    train = ft.encode_examples(s["sft_data"]["train"], fmt, tok)
+    valid = ft.encode_examples(s["sft_data"]["validation"], fmt, tok)
     quiet = {"log": None, "steps": 2, "batch_size": 4}
 
     sft_model, _, _ = bench.train_sft(s["base"], train, valid, 0, **quiet)

@@ -817,7 +817,7 @@ FINETUNE_CHECKPOINTS = {
 }
 #: The recipes of chapter 13 (benchmarks/finetune.py's SETTINGS; tested equal).
 FINETUNE_DEFAULTS: dict[str, Any] = {
-    "sft": {"steps": 1000, "batch_size": 32, "lr": 4e-3, "warmup": 20},
+    "sft": {"steps": 1000, "batch_size": 32, "lr": 4e-3, "warmup": 20, "data": "rhyming"},
     "lora": {
         "steps": 1000,
         "batch_size": 32,
@@ -826,8 +826,9 @@ FINETUNE_DEFAULTS: dict[str, Any] = {
         "rank": 8,
         "alpha": 16.0,
         "targets": ["w_q", "w_k", "w_v", "w_o", "w1", "w2"],
+        "data": "rhyming",
     },
-    "rl": {"steps": 50, "prompts_per_step": 16, "group_size": 8, "lr": 3e-4, "temperature": 1.0, "kl_coef": 0.1},
+    "rl": {"steps": 100, "prompts_per_step": 16, "group_size": 8, "lr": 3e-4, "temperature": 1.0, "kl_coef": 0.1},
 }
 FINETUNE_COMMANDS_DOC = (
     "transformer-lab sft --out transformer_lab/assets/finetune_sft.pt",
@@ -842,10 +843,11 @@ def _add_finetune_commands(commands: Any) -> None:
         "sft",
         help="fine-tune the Tang GPT to follow 藏头 and 续写 instructions (chapter 13)",
         description="Supervised fine-tuning (chapter 13) of a Tang GPT (default: the shipped gpt_tang.pt) on the "
-        "corpus's own poems: 藏头 + four heads -> the quatrain, 续写 + a first line -> the rest; the loss on the "
-        "response only. All weights, or LoRA (--lora-rank) which writes an adapter (A, B and the three format "
-        "tokens' rows) instead of a model. With the defaults it reproduces the shipped "
-        "transformer_lab/assets/finetune_sft.pt (and with --lora-rank 8, finetune_lora.pt).",
+        "corpus's own quatrains (by default those whose lines 2 and 4 rhyme, --data): 藏头 + four heads -> the "
+        "quatrain, 续写 + a first line -> the rest; the loss on the response only. All weights, or LoRA "
+        "(--lora-rank) which writes an adapter (A, B and the three format tokens' rows) instead of a model. With "
+        "the defaults it reproduces the shipped transformer_lab/assets/finetune_sft.pt (and with --lora-rank 8, "
+        "finetune_lora.pt).",
     )
     f.add_argument("--out", required=True, help="where to write the fine-tuned model (or the LoRA adapter)")
     f.add_argument(
@@ -861,6 +863,12 @@ def _add_finetune_commands(commands: Any) -> None:
         type=float,
         default=None,
         help=f"peak learning rate (default {d['lr']:g}; with LoRA {FINETUNE_DEFAULTS['lora']['lr']:g})",
+    )
+    f.add_argument(
+        "--data",
+        choices=("rhyming", "all"),
+        default=d["data"],
+        help="the training quatrains: those whose lines 2 and 4 rhyme, as the instruction asks (default), or all",
     )
     f.add_argument("--seed", type=int, default=0, help="seed of the batches and of LoRA's A (default 0)")
     f.add_argument("--threads", type=int, default=1, help="CPU threads for PyTorch (default 1)")
@@ -967,7 +975,7 @@ def _sft_command(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     base, tokenizer = _finetune_base(args.base)
     fmt = ft.SFTFormat(tokenizer.vocab_size)
-    splits = ft.sft_splits(load_corpus("tang"))
+    splits = ft.sft_splits(load_corpus("tang"), rhyming_only=args.data == "rhyming")
     _require_vocabulary(
         tokenizer,
         [e.prompt + e.response for part in ("train", "validation") for e in splits[part]],
@@ -991,7 +999,7 @@ def _sft_command(args: argparse.Namespace) -> int:
         eval_every=125,
         log=print,
     )
-    settings = {"steps": args.steps, "batch_size": args.batch_size, "lr": lr, "seed": args.seed}
+    settings = {"steps": args.steps, "batch_size": args.batch_size, "lr": lr, "seed": args.seed, "data": args.data}
     if args.lora_rank:  # float16, as shipped
         ft.save_lora(model, args.out, new_rows=3, half=True, settings={**settings, "rank": args.lora_rank})
     else:
