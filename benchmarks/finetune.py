@@ -423,7 +423,7 @@ def run(seed: int, write: bool, log_path: Path, stages: tuple[str, ...] = STAGES
 
 #: The reward-hacking runs (`hack`): name -> (reward, KL penalty to the SFT model). "rhyme_only" is the reward a
 #: policy games (the same last character at the end of lines 2 and 4); "distinct" the three checks with 重韵 not
-#: counted, no KL (each poem is then fine, but the policy ends nearly every poem on the same pair of characters);
+#: counted, no KL (each poem is then fine, but the policy ends nearly every poem on a few rhyme characters);
 #: "mended" stage (e)'s recipe: the same reward with the KL penalty (`SETTINGS["rl"]["kl_coef"]`); "stronger_kl" the
 #: same with a penalty three times as strong (what the penalty trades: reward for variety).
 HACK_RUNS = {
@@ -543,7 +543,7 @@ def sft_curve(
         if not lora:
             raise SystemExit("--rank is LoRA's: give --lora too")
         c["alpha"] = 2.0 * rank  # the recipe's alpha / rank = 2
-    splits = s["sft_data"] if c["data"] == SETTINGS["sft"]["data"] else ft.sft_splits(s["text"], rhyming_only=False)
+    splits = ft.sft_splits(s["text"], rhyming_only=c["data"] == "rhyming")
     train = ft.encode_examples(splits["train"], fmt, tok)
     valid = ft.encode_examples(splits["validation"], fmt, tok)
 

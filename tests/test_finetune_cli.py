@@ -54,6 +54,16 @@ def test_sft_and_rl_write_checkpoints_that_carry_the_format(trained: dict[str, P
     assert {layer["rank"] for layer in adapter["layers"].values()} == {2}
 
 
+def test_sft_data_all_trains_on_every_quatrain_and_says_so(trained: dict[str, Path], tmp_path: Path) -> None:
+    """--data all (every quatrain) against the default, the quatrains that rhyme: the same seed draws other
+    examples (the two sets differ), so the weights differ, and each file records its data."""
+    out = tmp_path / "all.pt"
+    assert cli.main(["sft", "--data", "all", "--steps", "2", "--batch-size", "4", "--out", str(out)]) == 0
+    every, rhyming = (torch.load(p, weights_only=True) for p in (out, trained["sft"]))
+    assert (every["settings"]["data"], rhyming["settings"]["data"]) == ("all", "rhyming")
+    assert any(not torch.equal(t, rhyming["state_dict"][n]) for n, t in every["state_dict"].items())
+
+
 def test_poem_writes_a_poem_from_a_model_and_from_an_adapter(
     trained: dict[str, Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
