@@ -232,3 +232,29 @@ def test_the_log_is_one_recipe_and_a_line_of_another_is_refused() -> None:
         bench.check_one_recipe([bare])
     shipped = json.loads((bench.ASSETS / "finetune_log.json").read_text(encoding="utf-8"))
     assert shipped["settings"] == bench.SETTINGS and len(shipped["runs"]) == len(rows)
+
+
+def test_the_all_quatrains_comparison_differs_from_the_recipe_by_the_data_alone(tmp_path: Path) -> None:
+    """`ship`'s "all_quatrains" (the first recipe's (c) and (d), SFT on every quatrain) is what the shipped log
+    holds, and a line whose SFT recipe differs in more than the data, or that was measured another way, is
+    refused."""
+    import json
+
+    bench = _benchmark()
+    shipped = json.loads((bench.ASSETS / "finetune_log.json").read_text(encoding="utf-8"))
+    assert shipped["all_quatrains"] == json.loads(json.dumps(bench.all_quatrains_summary()))
+    assert set(shipped["all_quatrains"]) == {"c_sft", "d_lora"}
+    lines = bench.ALL_QUATRAINS_LOG.read_text(encoding="utf-8").splitlines()
+    changes = ((("sft", "lr"), "recipe is not SETTINGS' but for the data"), (("temperature",), "another way"))
+    for change, message in changes:
+        rows = [json.loads(line) for line in lines if line.strip()]
+        target = next(r for r in rows if r["stage"] == "c_sft")["settings"]
+        if len(change) == 2:
+            target[change[0]][change[1]] = 1e-3
+        else:
+            target[change[0]] = 1.0
+        bad = tmp_path / "all.jsonl"
+        bad.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n", encoding="utf-8")
+        bench.ALL_QUATRAINS_LOG = bad
+        with pytest.raises(SystemExit, match=message):
+            bench.all_quatrains_summary()
