@@ -100,8 +100,7 @@ def setup() -> dict:
     text = data.load_corpus("tang")
     splits = ft.sft_splits(text)
     seen, _ = ft.pretraining_poems(text)
-    test_heads = [e.argument for e in splits["test"] if e.kind == "acrostic"]
-    held_out = random.Random(0).sample(test_heads, SETTINGS["heads"])
+    held_out = ft.held_out_heads(splits, SETTINGS["heads"], seed=0)
     random_heads = ft.common_heads(seen, SETTINGS["heads"], seed=0)
     train_heads = [e.argument for e in splits["train"] if e.kind == "acrostic"]
     valid_heads = [e.argument for e in splits["validation"] if e.kind == "acrostic"]
@@ -163,14 +162,8 @@ def sft_curve_point(s: dict, fmt, seed: int):
             model, fmt, s["tokenizer"], heads, s["training_lines"], temperature=SETTINGS["temperature"], seed=seed
         )
         texts = r.pop("texts")
-        r["lines"] = [  # each line's share beginning with its head: which line the acrostic misses
-            sum(
-                t is not None and ft.poem_lines(t)[i : i + 1] != [] and ft.poem_lines(t)[i].startswith(h[i])
-                for t, h in zip(texts, heads, strict=True)
-            )
-            / len(heads)
-            for i in range(4)
-        ]
+        begun = [ft.heads_begun(t, h) for t, h in zip(texts, heads, strict=True)]
+        r["lines"] = [sum(b[i] for b in begun) / len(heads) for i in range(4)]  # which line the acrostic misses
         print(f"[seed {seed}] step {step}: {r}", flush=True)
         return {k: (round(v, 4) if isinstance(v, float) else [round(x, 4) for x in v]) for k, v in r.items()}
 

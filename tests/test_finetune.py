@@ -706,6 +706,28 @@ def test_tang_rhyming_quatrains_are_the_recipes_data() -> None:
     assert rhyming["test"] == every["test"]
 
 
+def test_heads_begun_says_which_lines_miss_their_head() -> None:
+    """Line by line what `acrostic` asks of all four lines at once; a line that is not there misses."""
+    assert ft.heads_begun(JINGYE, "床疑举低") == [True, True, True, True] and ft.acrostic(JINGYE, "床疑举低")
+    assert ft.heads_begun(JINGYE, "床疑春低") == [True, True, False, True]
+    assert ft.heads_begun(JINGYE[:12], "床疑举低") == [True, True, False, False]  # two lines only
+    assert ft.heads_begun(None, "床疑举低") == [False] * 4
+    with pytest.raises(ValueError, match="heads must be four Chinese characters"):
+        ft.heads_begun(JINGYE, "床疑")
+
+
+def test_held_out_heads_are_a_seeded_draw_of_the_test_splits_acrostic_heads() -> None:
+    from transformer_lab.data import load_corpus
+
+    splits = ft.sft_splits(load_corpus("tang"))
+    heads = ft.held_out_heads(splits, 500)
+    test = {e.argument for e in splits["test"] if e.kind == "acrostic"}
+    assert len(heads) == 500 and set(heads) <= test and heads == ft.held_out_heads(splits, 500, seed=0)
+    assert heads != ft.held_out_heads(splits, 500, seed=1)
+    with pytest.raises(ValueError, match="count must be an int"):
+        ft.held_out_heads(splits, 0)
+
+
 def test_tang_held_out_poems_are_pretrainings_validation_split() -> None:
     """gpt_tang.pt was pretrained on the first 90 % of the corpus: 1,793 poems lie wholly after that cut, 391 of
     them quatrains; SFT's splits share no quatrain."""

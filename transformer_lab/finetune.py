@@ -23,6 +23,7 @@ policy gradient, and rewards a program checks.
     rejection_sample                           the model's own poems that pass every check (stage c')
     rl                                         the group-relative policy gradient loop, rewards plain functions
     sample_poems / evaluate_poems / common_heads   unconstrained sampling at fixed settings and its rates
+    held_out_heads / heads_begun               the benchmark's held-out heads; which lines begin with their head
 
 Tested (tests/test_finetune.py): LoRA equal to Hugging Face PEFT on a Llama read by `tl.hf.from_hf` (logits and
 A, B gradients to 1e-10 in float64, merged weights to 1e-12); the RL objective equal to a loop implementation;
@@ -103,6 +104,8 @@ __all__ = [
     "fine_tune",
     "four_lines",
     "acrostic_prompt",
+    "heads_begun",
+    "held_out_heads",
     "sample_poems",
     "rejection_sample",
     "rl",
@@ -1206,6 +1209,15 @@ def acrostic(text: str, heads: str) -> bool:
     return len(lines) == 4 and all(line.startswith(head) for line, head in zip(lines, heads, strict=True))
 
 
+def heads_begun(text: str | None, heads: str) -> list[bool]:
+    """For each of the four heads, whether line i of `text` (`poem_lines`) begins with it: which lines an
+    acrostic misses. A line that is not there misses; None (an undecodable sample) misses all four. `acrostic`
+    asks for all four, and for exactly four lines."""
+    heads = _check_heads(heads)
+    lines = poem_lines(text) if text is not None else []
+    return [i < len(lines) and lines[i].startswith(head) for i, head in enumerate(heads)]
+
+
 def rhymes(text: str, distinct: bool = False) -> bool:
     """Lines 2 and 4 rhyme: the text has four lines, and their last characters' classes (`rhyme_class`) are one
     class. With `distinct`, the two characters must also differ (a rhyme on the same character, 重韵, which a
@@ -1786,6 +1798,18 @@ def evaluate_poems(
         for group in sample_poems(model, fmt, tokenizer, heads, temperature=temperature, top_k=top_k, seed=seed)
     ]
     return {**poem_rates(texts, list(heads)), **diversity(texts, training_lines), "texts": texts}
+
+
+def held_out_heads(splits: Mapping[str, Sequence[SFTExample]], count: int = 500, seed: int = 0) -> list[str]:
+    """Chapter 13's held-out heads: `count` heads of the 藏头 examples of `splits["test"]` (`sft_splits`: poems
+    neither pretraining nor SFT saw), drawn with `random.Random(seed)`; benchmarks/finetune.py measures every stage
+    on them and the chapter draws the same ones."""
+    import random
+
+    heads = [e.argument for e in splits["test"] if e.kind == "acrostic"]
+    if isinstance(count, bool) or not isinstance(count, int) or not 0 < count <= len(heads):
+        raise ValueError(f"count must be an int in [1, {len(heads)}] (the test split's 藏头 examples), got {count!r}")
+    return random.Random(seed).sample(heads, count)
 
 
 def common_heads(poems: Sequence[str], count: int, seed: int = 0, top: int = 300) -> list[str]:
